@@ -1,0 +1,381 @@
+"""From events to answers: per-split statistics, speedups with intervals, a diagnosis of what
+bounds each split, and the verdict line.
+
+Everything here works on the event dicts of :mod:`tracetui.events`, incrementally (the TUI
+feeds events as they come) or from a log (``tracetui show``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .events import GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
+
+BOOTSTRAP = 1000
+#: a split whose final loss differs from its group's median by more than this (relative) is
+#: flagged: bf16 rounding of a sum over micro-batches stays well inside 1% after a few dozen
+#: steps, while a gradient-accumulation normalisation bug shifts loss by tens of percent.
+LOSS_TOLERANCE = 0.02
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of a non-empty list."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: list[float]) -> float:
+    return quantile(values, 0.5)
+
+
+def bootstrap_medians(values: list[float], n: int = BOOTSTRAP, seed: int = 0) -> list[float]:
+    """Medians of ``n`` resamples (fixed seed: the same data always gives the same interval)."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(arr), size=(n, len(arr)))
+    return np.median(arr[idx], axis=1).tolist()
+
+
+def median_ci(values: list[float], level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median."""
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (math.nan, math.nan)
+    boots = bootstrap_medians(values, seed=seed)
+    a = (1 - level) / 2
+    return quantile(boots, a), quantile(boots, 1 - a)
+
+
+def ratio_ci(slow: list[float], fast: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Bootstrap interval of median(slow) / median(fast), resampling both independently."""
+    if len(slow) < 2 or len(fast) < 2:
+        r = median(slow) / median(fast)
+        return r, r
+    bs = bootstrap_medians(slow, seed=1)
+    bf = bootstrap_medians(fast, seed=2)
+    ratios = [s / f for s, f in zip(bs, bf) if f > 0]
+    a = (1 - level) / 2
+    return quantile(ratios, a), quantile(ratios, 1 - a)
+
+
+@dataclass
+class RunData:
+    """Everything one run (one process, one split) reported."""
+
+    run_id: str
+    started: dict = field(default_factory=dict)
+    steps: list[dict] = field(default_factory=list)
+    gpu: list[dict] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    status: str = "queued"
+    message: str = ""
+    finished: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.started.get("label", self.run_id.rsplit("/", 1)[-1])
+
+    @property
+    def machine(self) -> str:
+        env = self.started.get("env") or {}
+        return env.get("gpu_name") or "CPU"
+
+    def measured(self) -> list[dict]:
+        return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0]
+
+    def add(self, event: dict) -> None:
+        etype = event["type"]
+        if etype == RUN_STARTED:
+            self.started = event
+            self.status = "warming up"
+        elif etype == STEP:
+            self.steps.append(event)
+            if self.status in ("queued", "warming up") and not event.get("warmup"):
+                self.status = "running"
+        elif etype == GPU:
+            self.gpu.append(event)
+        elif etype == NOTICE:
+            self.notices.append(event.get("message", ""))
+        elif etype == RUN_FINISHED:
+            self.status = "ok"
+            self.finished = event
+        elif etype == RUN_FAILED:
+            self.status = event.get("kind", "error")
+            self.message = event.get("message", "")
+
+
+class Results:
+    """All runs seen so far, in arrival order."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunData] = {}
+
+    def add(self, event: dict) -> RunData:
+        run = self.runs.get(event["run_id"])
+        if run is None:
+            run = self.runs[event["run_id"]] = RunData(event["run_id"])
+        run.add(event)
+        return run
+
+    def extend(self, events: Iterable[dict]) -> "Results":
+        for e in events:
+            self.add(e)
+        return self
+
+    def machines(self) -> list[str]:
+        return sorted({r.machine for r in self.runs.values() if r.started})
+
+
+def _window_gpu(run: RunData, measured: list[dict]) -> list[dict]:
+    """GPU samples taken while the measured steps ran."""
+    if not measured or not run.gpu:
+        return []
+    t0 = min(s.get("t_end", s["t"]) - s.get("host_ms", s["wall_ms"]) / 1000.0 for s in measured)
+    t1 = max(s.get("t_end", s["t"]) for s in measured)
+    return [g for g in run.gpu if t0 <= g["t"] <= t1]
+
+
+def _phase(step: dict, name: str) -> float:
+    v = step.get(name, 0.0)
+    return float(sum(v)) if isinstance(v, list) else float(v or 0.0)
+
+
+PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms")
+
+
+def summarise(results: Results, project_steps: int | None = None) -> list[dict[str, Any]]:
+    """One row per split (runs of the same split on the same machine pooled)."""
+    groups: dict[tuple, list[RunData]] = {}
+    for run in results.runs.values():
+        if not run.started:
+            continue
+        s = run.started
+        key = (run.machine, s.get("effective_batch", s["micro_batch"] * s["grad_accum"]) * s.get("world_size", 1),
+               s["micro_batch"], s["grad_accum"], s.get("world_size", 1))
+        groups.setdefault(key, []).append(run)
+    rows: list[dict[str, Any]] = []
+    walls_of: dict[tuple, list[float]] = {}
+    for key, runs in groups.items():
+        machine, eb, mb, ga, ws = key
+        measured = [s for r in runs for s in r.measured()]
+        walls = [s["wall_ms"] for s in measured]
+        statuses = [r.status for r in runs]
+        status = "ok" if "ok" in statuses else statuses[-1]
+        if any(st not in ("ok",) for st in statuses) and "ok" in statuses and len(runs) > 1:
+            status = "ok"
+        row: dict[str, Any] = dict(
+            machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
+            split=f"{mb}x{ga}" + (f"x{ws}" if ws > 1 else ""), status=status, runs=len(runs),
+            steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
+            message="; ".join(r.message for r in runs if r.message),
+        )
+        walls_of[key] = walls
+        if walls:
+            row["step_ms_median"] = median(walls)
+            row["step_ms_p10"] = quantile(walls, 0.1)
+            row["step_ms_p90"] = quantile(walls, 0.9)
+            lo, hi = median_ci(walls)
+            row["step_ms_ci_low"], row["step_ms_ci_high"] = lo, hi
+            for ph in PHASES:
+                row[ph] = median([_phase(s, ph) for s in measured])
+            fwd_per_mb = [_phase(s, "forward_ms") / max(1, len(s.get("forward_ms") or [1])) for s in measured]
+            row["forward_ms_per_micro"] = median(fwd_per_mb)
+            secs = row["step_ms_median"] / 1000.0
+            toks = [s["tokens"] for s in measured if s.get("tokens")]
+            samples = [s["samples"] for s in measured if s.get("samples")]
+            row["tokens_per_s"] = median(toks) * ws / secs if toks else None
+            row["samples_per_s"] = median(samples) * ws / secs if samples else None
+            if len(runs) > 1:
+                per_run = [median([s["wall_ms"] for s in r.measured()]) for r in runs if r.measured()]
+                if len(per_run) > 1:
+                    row["repeat_spread_pct"] = 100.0 * (max(per_run) - min(per_run)) / median(per_run)
+        gpu = [g for r in runs for g in _window_gpu(r, r.measured())]
+        row["gpu_util_mean"] = sum(g["util"] for g in gpu) / len(gpu) if gpu else None
+        peaks = [s["peak_mem_gib"] for s in measured if s.get("peak_mem_gib") is not None]
+        row["peak_mem_gib"] = max(peaks) if peaks else None
+        env = runs[0].started.get("env") or {}
+        row["mem_total_gib"] = env.get("gpu_total_gib")
+        cfg = runs[0].started.get("config") or {}
+        row["memory_limit_gib"] = cfg.get("memory_limit")
+        row["energy_j_per_step"] = _energy_per_step(runs, row.get("step_ms_median"))
+        losses = [s["loss"] for s in (runs[-1].steps if runs else []) if s.get("loss") is not None]
+        row["final_loss"] = losses[-1] if losses else None
+        row["loss_curve"] = losses
+        rt = [r.finished.get("train_runtime_s") for r in runs if r.finished.get("train_runtime_s") is not None]
+        row["train_runtime_s"] = sum(rt) / len(rt) if rt else None
+        if project_steps and row.get("step_ms_median"):
+            row["projected_s"] = project_steps * row["step_ms_median"] / 1000.0
+        rows.append(row)
+    _add_speedups(rows, walls_of)
+    _add_loss_check(rows)
+    for row in rows:
+        row["bound"], row["evidence"] = diagnose(row, rows)
+    rows.sort(key=lambda r: (r["machine"], r["effective_batch"], r["micro_batch"]))
+    for row in rows:
+        row.pop("loss_curve", None)
+    return rows
+
+
+def _energy_per_step(runs: list[RunData], step_ms: float | None) -> float | None:
+    if not step_ms:
+        return None
+    powers = []
+    for r in runs:
+        g = [x for x in _window_gpu(r, r.measured()) if x.get("energy_j") is not None]
+        if len(g) >= 2 and g[-1]["t"] > g[0]["t"]:
+            powers.append((g[-1]["energy_j"] - g[0]["energy_j"]) / (g[-1]["t"] - g[0]["t"]))
+    if not powers:
+        return None
+    return sum(powers) / len(powers) * step_ms / 1000.0
+
+
+def _add_speedups(rows: list[dict], walls_of: dict[tuple, list[float]]) -> None:
+    by_group: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("step_ms_median"):
+            by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
+    for group in by_group.values():
+        slowest = max(group, key=lambda r: r["step_ms_median"])
+        fastest = min(group, key=lambda r: r["step_ms_median"])
+        sw = walls_of[_key(slowest)]
+        for r in group:
+            r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
+            lo, hi = ratio_ci(sw, walls_of[_key(r)])
+            r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
+            r["fastest"] = r is fastest
+
+
+def _key(row: dict) -> tuple:
+    return (row["machine"], row["effective_batch"], row["micro_batch"], row["grad_accum"], row["world_size"])
+
+
+def _add_loss_check(rows: list[dict]) -> None:
+    """Same seed and data order: every split of one effective batch should reach the same loss
+    after the same steps. Compare step by step over the common length."""
+    by_group: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("loss_curve"):
+            by_group.setdefault((r["machine"], r["effective_batch"]), []).append(r)
+    for group in by_group.values():
+        n = min(len(r["loss_curve"]) for r in group)
+        if n == 0 or len(group) < 2:
+            continue
+        ref = [median([r["loss_curve"][i] for r in group]) for i in range(n)]
+        for r in group:
+            drift = max(abs(r["loss_curve"][i] - ref[i]) / max(abs(ref[i]), 1e-8) for i in range(n))
+            r["loss_drift_pct"] = 100.0 * drift
+            r["loss_ok"] = drift <= LOSS_TOLERANCE
+
+
+def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
+    """Label what bounds a split, from measurements, with the evidence for it."""
+    if not row.get("step_ms_median"):
+        return "", ""
+    step = row["step_ms_median"]
+    data_share = row.get("data_ms", 0.0) / step if step else 0.0
+    util = row.get("gpu_util_mean")
+    cap = row.get("memory_limit_gib") or row.get("mem_total_gib")
+    peak = row.get("peak_mem_gib")
+    # How forward time per micro-batch grows with the micro-batch, against the smallest one.
+    peers = [r for r in rows if r["machine"] == row["machine"] and r.get("forward_ms_per_micro")]
+    flat = None
+    if len(peers) > 1:
+        small = min(peers, key=lambda r: r["micro_batch"])
+        if small["micro_batch"] < row["micro_batch"] and small["forward_ms_per_micro"] > 0:
+            growth = row["forward_ms_per_micro"] / small["forward_ms_per_micro"]
+            flat = (growth, row["micro_batch"] / small["micro_batch"], small["micro_batch"])
+    if peak is not None and cap and peak / cap > 0.9:
+        return "memory-limited", f"peak {peak:.1f} of {cap:.0f} GiB"
+    if data_share > 0.3:
+        return "input-bound", f"data fetch {100 * data_share:.0f}% of the step"
+    if util is not None:
+        ev = f"GPU busy {util:.0f}%"
+        if flat is not None:
+            ev += f"; forward x{flat[0]:.1f} for x{flat[1]:.0f} rows"
+        if util < 50:
+            return "host-bound", ev
+        if util >= 80:
+            return "GPU-bound", ev
+        return "mixed", ev
+    if flat is not None:
+        ev = f"forward x{flat[0]:.1f} for x{flat[1]:.0f} rows vs micro-batch {flat[2]}"
+        if flat[0] < 0.5 * flat[1]:
+            return "overhead-bound", ev
+        return "compute-bound", ev
+    return "", "no GPU samples"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h} h {m:02d} min"
+    if m:
+        return f"{m} min {s:02d} s"
+    return f"{s} s"
+
+
+def verdict(rows: list[dict]) -> str:
+    """The one-line answer, per effective batch: which split is fastest and by how much."""
+    lines = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("step_ms_median"):
+            groups.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
+    multi_machine = len({k[0] for k in groups}) > 1
+    for (machine, eb, _ws), group in groups.items():
+        where = f" on {machine}" if multi_machine else ""
+        fastest = min(group, key=lambda r: r["step_ms_median"])
+        slowest = max(group, key=lambda r: r["step_ms_median"])
+        mem = ""
+        if fastest.get("peak_mem_gib") is not None:
+            cap = fastest.get("memory_limit_gib") or fastest.get("mem_total_gib")
+            mem = f"; peak memory {fastest['peak_mem_gib']:.1f}" + (f" of {cap:.0f} GiB" if cap else " GiB")
+        if len(group) == 1:
+            lines.append(f"{fastest['split']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}")
+            continue
+        lo, hi = fastest.get("speedup_ci_low"), fastest.get("speedup_ci_high")
+        # "Faster" only when the median intervals do not overlap.
+        clear = (fastest.get("step_ms_ci_high") is not None and slowest.get("step_ms_ci_low") is not None
+                 and fastest["step_ms_ci_high"] < slowest["step_ms_ci_low"])
+        if clear:
+            ci = f" (95% CI {lo:.2f}-{hi:.2f}x)" if lo is not None else ""
+            lines.append(f"{fastest['split']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['split']}"
+                         f"{ci} at effective batch {eb}{where}{mem}")
+        else:
+            lines.append(f"no clear difference between {fastest['split']} and {slowest['split']} "
+                         f"at effective batch {eb}{where} (intervals overlap)")
+    return " | ".join(lines)
+
+
+def recommendation(rows: list[dict]) -> str:
+    """The fastest split that fits with at least 10% memory headroom, per effective batch."""
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("step_ms_median") and r["status"] == "ok":
+            groups.setdefault((r["machine"], r["effective_batch"]), []).append(r)
+    for (_m, eb), group in groups.items():
+        def fits(r):
+            cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
+            return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= 0.9 * cap
+        ok = [r for r in group if fits(r)]
+        if not ok:
+            out.append(f"effective batch {eb}: no split leaves 10% memory headroom")
+            continue
+        best = min(ok, key=lambda r: r["step_ms_median"])
+        text = f"use {best['split']} for effective batch {eb}"
+        proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
+        if proj:
+            text += " (" + "; ".join(f"{r['split']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
+        out.append(text)
+    return " | ".join(out)

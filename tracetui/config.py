@@ -1,0 +1,400 @@
+"""Sweep configuration: TOML file and command-line flags, validated before anything trains.
+
+Every user mistake becomes a :class:`ConfigError` whose message names the field, says what is
+wrong and how to fix it; the CLI prints it on one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .presets import PRESETS
+
+DATA_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text",
+                 ".csv": "csv"}
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value. ``str()`` is the one-line message shown to the user."""
+
+    def __init__(self, field_name: str, problem: str, fix: str = ""):
+        self.field = field_name
+        msg = f"{field_name}: {problem}"
+        if fix:
+            msg += f"; {fix}"
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One physical shape of an effective batch: micro-batch x gradient-accumulation steps."""
+
+    micro_batch: int
+    grad_accum: int
+
+    @property
+    def effective_batch(self) -> int:
+        return self.micro_batch * self.grad_accum
+
+    @property
+    def label(self) -> str:
+        return f"{self.micro_batch}x{self.grad_accum}"
+
+
+@dataclass
+class SweepConfig:
+    model: str = "tiny"
+    dataset: str = "synthetic"
+    dataset_split: str = "train"
+    text_field: str = "text"
+    seq_len: int = 256
+    effective_batch: list[int] = field(default_factory=lambda: [4])
+    splits: str = "auto"
+    max_micro_batch: int | None = None
+    steps: int = 20
+    warmup: int = 3
+    repeats: int = 1
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_targets: str = "all-linear"
+    precision: str = "auto"
+    activation_checkpointing: bool = False
+    lr: float = 2e-4
+    seed: int = 42
+    device: str = "auto"
+    memory_limit: float | None = None
+    runs_dir: str = "tracetui_runs"
+    sample_hz: float = 10.0
+    probe: bool = True
+
+    # ---- derived -------------------------------------------------------------------------
+    def split_list(self) -> list[Split]:
+        """Every split to run, in the order given (``auto`` = all divisor pairs, smallest
+        micro-batch first), for every effective batch."""
+        out: list[Split] = []
+        if self.splits == "auto":
+            for eb in self.effective_batch:
+                for mb in range(1, eb + 1):
+                    if eb % mb == 0 and (self.max_micro_batch is None or mb <= self.max_micro_batch):
+                        out.append(Split(mb, eb // mb))
+        else:
+            out = [parse_split(s) for s in self.splits.split(",") if s.strip()]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_split(text: str) -> Split:
+    parts = text.strip().lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ConfigError("--splits", f"{text.strip()!r} is not MICROxACCUM",
+                          "write splits like 1x4,2x2,4x1 or use auto")
+    mb, ga = (int(p) for p in parts)
+    if mb < 1 or ga < 1:
+        raise ConfigError("--splits", f"{text.strip()!r} has a zero factor",
+                          "both micro-batch and accumulation must be at least 1")
+    return Split(mb, ga)
+
+
+def _int_list(name: str, value: Any) -> list[int]:
+    if isinstance(value, bool):
+        raise ConfigError(name, f"{value!r} is not a whole number", "give e.g. 4 or 4,8")
+    if isinstance(value, int):
+        items: list[Any] = [value]
+    elif isinstance(value, list):
+        items = value
+    else:
+        items = [s for s in str(value).split(",") if s.strip()]
+    out = []
+    for item in items:
+        try:
+            if isinstance(item, bool) or (isinstance(item, float) and not item.is_integer()):
+                raise ValueError
+            out.append(int(str(item).strip()) if not isinstance(item, int) else item)
+        except (ValueError, TypeError):
+            raise ConfigError(name, f"{item!r} is not a whole number", "give e.g. 4 or 4,8") from None
+    if not out:
+        raise ConfigError(name, "is empty", "give at least one effective batch, e.g. 4")
+    return out
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    flag = "--" + name.replace("_", "-")
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value) if isinstance(value, (int, float)) else int(str(value).strip())
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+            if not math.isfinite(out):
+                raise ValueError
+            return out
+        if kind is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except (ValueError, TypeError, OverflowError):
+        raise ConfigError(flag, f"{value!r} is not a valid {kind.__name__}",
+                          f"give a {kind.__name__} value") from None
+    return value
+
+
+_TYPES: dict[str, type] = {
+    "model": str, "dataset": str, "dataset_split": str, "text_field": str, "seq_len": int,
+    "splits": str, "max_micro_batch": int, "steps": int, "warmup": int, "repeats": int,
+    "lora_r": int, "lora_alpha": int, "lora_dropout": float, "lora_targets": str,
+    "precision": str, "activation_checkpointing": bool, "lr": float, "seed": int, "device": str,
+    "memory_limit": float, "runs_dir": str, "sample_hz": float, "probe": bool,
+}
+
+
+def from_mapping(values: dict[str, Any], base: SweepConfig | None = None) -> SweepConfig:
+    """Apply ``values`` (TOML table or parsed flags; ``-`` or ``_`` in keys) onto ``base``."""
+    cfg = base or SweepConfig()
+    known = {f.name for f in fields(SweepConfig)}
+    for raw_key, value in values.items():
+        key = raw_key.replace("-", "_")
+        if key not in known:
+            raise ConfigError(raw_key, "is not a tracetui setting",
+                              "see `tracetui --help` for the settings a config file may hold")
+        if value is None and key in ("max_micro_batch", "memory_limit"):
+            setattr(cfg, key, None)
+            continue
+        if key == "effective_batch":
+            setattr(cfg, key, _int_list("--effective-batch", value))
+        elif key == "splits" and isinstance(value, list):
+            setattr(cfg, key, ",".join(str(v) for v in value))
+        else:
+            setattr(cfg, key, _coerce(key, value, _TYPES[key]))
+    return cfg
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("--config", f"{path} does not exist", "give the path of a TOML file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML ({exc})",
+                          "fix the file's syntax") from None
+    # Settings may sit at the top level or under [sweep].
+    table = data.get("sweep", data) if isinstance(data.get("sweep"), dict) else data
+    return {k: v for k, v in table.items() if k != "sweep"}
+
+
+def validate(cfg: SweepConfig) -> list[Split]:
+    """Check everything that needs no heavy import. Return the splits to run."""
+    for name in ("seq_len", "steps", "repeats", "lora_r", "lora_alpha"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError("--" + name.replace("_", "-"), f"must be at least 1, got {getattr(cfg, name)}",
+                              "give a positive whole number")
+    if cfg.seq_len > 1_000_000:
+        raise ConfigError("--seq-len", f"{cfg.seq_len} is implausibly long", "give at most 1000000")
+    if cfg.warmup < 0:
+        raise ConfigError("--warmup", f"must be 0 or more, got {cfg.warmup}", "give e.g. --warmup 3")
+    if cfg.warmup >= cfg.steps:
+        raise ConfigError("--warmup", f"{cfg.warmup} leaves no measured step out of --steps {cfg.steps}",
+                          "make --warmup smaller than --steps")
+    if cfg.steps > 1_000_000:
+        raise ConfigError("--steps", f"{cfg.steps} is too many", "give at most 1000000")
+    if not 0.0 <= cfg.lora_dropout < 1.0:
+        raise ConfigError("--lora-dropout", f"{cfg.lora_dropout} is outside [0, 1)", "give e.g. 0.05")
+    if not (cfg.lr > 0):
+        raise ConfigError("--lr", f"must be positive, got {cfg.lr}", "give e.g. 2e-4")
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError("--precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}",
+                          "pick one of those")
+    dev = cfg.device
+    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise ConfigError("--device", f"{dev!r} is not auto, cpu, cuda or cuda:N", "pick one of those")
+    if dev == "cpu" and cfg.precision == "fp16":
+        raise ConfigError("--precision", "fp16 training needs a GPU", "use fp32 or bf16 on --device cpu")
+    if cfg.memory_limit is not None and not (cfg.memory_limit > 0):
+        raise ConfigError("--memory-limit", f"must be a positive number of GiB, got {cfg.memory_limit}",
+                          "give e.g. --memory-limit 16")
+    if cfg.max_micro_batch is not None and cfg.max_micro_batch < 1:
+        raise ConfigError("--max-micro-batch", f"must be at least 1, got {cfg.max_micro_batch}",
+                          "give a positive whole number")
+    if not (0 < cfg.sample_hz <= 100):
+        raise ConfigError("--sample-hz", f"{cfg.sample_hz} is outside (0, 100]", "give e.g. 10")
+    if not cfg.lora_targets.strip():
+        raise ConfigError("--lora-targets", "is empty", "give all-linear or e.g. q_proj,v_proj")
+    if not cfg.text_field.strip():
+        raise ConfigError("--text-field", "is empty", "name the column that holds the text")
+    for eb in cfg.effective_batch:
+        if eb < 1:
+            raise ConfigError("--effective-batch", f"must be at least 1, got {eb}", "give e.g. 4")
+        if eb > 65536:
+            raise ConfigError("--effective-batch", f"{eb} is too large", "give at most 65536")
+    if len(set(cfg.effective_batch)) != len(cfg.effective_batch):
+        raise ConfigError("--effective-batch", "lists a value twice", "give each effective batch once")
+    splits = cfg.split_list()
+    if not splits:
+        raise ConfigError("--max-micro-batch", f"{cfg.max_micro_batch} leaves no split to run",
+                          "raise --max-micro-batch or give --splits")
+    allowed = set(cfg.effective_batch)
+    seen = set()
+    for s in splits:
+        if s.effective_batch not in allowed:
+            want = ", ".join(str(e) for e in sorted(allowed))
+            raise ConfigError("--splits", f"{s.label} multiplies to {s.effective_batch}, not an effective batch ({want})",
+                              "give splits whose product is an --effective-batch, or add it there")
+        if s in seen:
+            raise ConfigError("--splits", f"{s.label} is listed twice", "give each split once")
+        seen.add(s)
+        if cfg.max_micro_batch is not None and s.micro_batch > cfg.max_micro_batch:
+            raise ConfigError("--splits", f"{s.label} has micro-batch {s.micro_batch} above --max-micro-batch {cfg.max_micro_batch}",
+                              "drop it or raise --max-micro-batch")
+    if len(splits) * cfg.repeats > 1000:
+        raise ConfigError("--splits", f"{len(splits) * cfg.repeats} runs is too many", "sweep fewer splits or repeats")
+    return splits
+
+
+def model_kind(model: str) -> str:
+    """``preset``, ``local`` (a directory) or ``hub`` (anything else)."""
+    if model in PRESETS:
+        return "preset"
+    if os.path.isdir(model):
+        return "local"
+    return "hub"
+
+
+def dataset_kind(dataset: str) -> str:
+    if dataset == "synthetic":
+        return "synthetic"
+    if Path(dataset).suffix.lower() in DATA_SUFFIXES or os.path.sep in dataset or dataset.startswith("."):
+        return "file"
+    return "hub"
+
+
+def validate_deep(cfg: SweepConfig) -> None:
+    """Checks that need the model, the data or the GPU: run once in the parent before any run."""
+    kind = model_kind(cfg.model)
+    if kind == "hub":
+        if "/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model:
+            raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id",
+                              f"use one of {', '.join(PRESETS)}, a directory, or an id like org/name")
+    if kind in ("local", "hub"):
+        try:
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(cfg.model)
+        except Exception as exc:  # noqa: BLE001 - any loader failure is a user-facing config error
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError("--model", f"cannot load {cfg.model!r} ({first[:160]})",
+                              "check the path or id, or use a built-in preset such as tiny") from None
+    dkind = dataset_kind(cfg.dataset)
+    if dkind == "file":
+        p = Path(cfg.dataset)
+        if not p.is_file():
+            raise ConfigError("--dataset", f"{cfg.dataset} does not exist",
+                              "give an existing .json/.jsonl/.parquet/.txt/.csv file, a hub id, or synthetic")
+        if p.suffix.lower() not in DATA_SUFFIXES:
+            raise ConfigError("--dataset", f"{p.suffix or 'no suffix'} is not a supported data file",
+                              "use .json, .jsonl, .parquet, .txt or .csv")
+    if dkind != "synthetic":
+        from .runner.sources import load_text_dataset
+
+        ds = load_text_dataset(cfg)  # raises ConfigError with a precise message
+        if len(ds) == 0:
+            raise ConfigError("--dataset", f"{cfg.dataset} has no rows", "give a data set with text in it")
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device", f"{cfg.device} asked for, but this machine has no usable CUDA GPU",
+                              "use --device cpu or auto")
+        if ":" in cfg.device and int(cfg.device[5:]) >= torch.cuda.device_count():
+            raise ConfigError("--device", f"{cfg.device} does not exist (this machine has {torch.cuda.device_count()} GPU(s))",
+                              "pick an index below that")
+    if cfg.precision == "fp16" and cfg.device == "auto":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--precision", "fp16 training needs a GPU and none is available",
+                              "use fp32 or bf16 on CPU")
+    if cfg.memory_limit is not None and resolve_device(cfg) == "cpu":
+        raise ConfigError("--memory-limit", "caps CUDA memory, but this sweep runs on the CPU",
+                          "drop --memory-limit or run on a GPU")
+
+
+def resolve_device(cfg: SweepConfig) -> str:
+    if cfg.device != "auto":
+        return cfg.device
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sweep flags, shared by the TUI, the headless export and ``tracetui sweep``.
+
+    Defaults are ``None`` (argparse.SUPPRESS) so only flags actually given override the TOML.
+    """
+    S = argparse.SUPPRESS
+    g = parser.add_argument_group("sweep")
+    g.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
+    g.add_argument("--model", default=S, help=f"preset ({', '.join(PRESETS)}), hub id or local directory (default tiny)")
+    g.add_argument("--dataset", default=S, help="synthetic (default), a hub id, or a .json/.jsonl/.parquet/.txt/.csv file")
+    g.add_argument("--dataset-split", default=S, help="split of a hub/file data set (default train)")
+    g.add_argument("--text-field", default=S, help="column holding the text (default text)")
+    g.add_argument("--seq-len", default=S, help="tokens per row (default 256)")
+    g.add_argument("--effective-batch", default=S, help="one or more effective batches, comma-separated (default 4)")
+    g.add_argument("--splits", default=S, help="auto (every MICROxACCUM pair) or a list like 1x4,2x2,4x1")
+    g.add_argument("--max-micro-batch", default=S, help="largest micro-batch that auto may choose")
+    g.add_argument("--steps", default=S, help="optimizer steps per run (default 20)")
+    g.add_argument("--warmup", default=S, help="steps measured but not counted (default 3)")
+    g.add_argument("--repeats", default=S, help="runs of each split, interleaved (default 1)")
+    g.add_argument("--lora-r", default=S, help="LoRA rank (default 16)")
+    g.add_argument("--lora-alpha", default=S, help="LoRA alpha (default 32)")
+    g.add_argument("--lora-dropout", default=S, help="LoRA dropout (default 0.05)")
+    g.add_argument("--lora-targets", default=S, help="all-linear (default) or module names, comma-separated")
+    g.add_argument("--precision", default=S, help="auto (default: bf16 on a GPU that has it, else fp32), bf16, fp16, fp32")
+    g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true", default=S,
+                   help="recompute activations in backward (saves memory)")
+    g.add_argument("--no-activation-checkpointing", dest="activation_checkpointing", action="store_false", default=S)
+    g.add_argument("--lr", default=S, help="learning rate (default 2e-4)")
+    g.add_argument("--seed", default=S, help="seed for weights, LoRA init and data order (default 42)")
+    g.add_argument("--device", default=S, help="auto (default), cpu, cuda or cuda:N")
+    g.add_argument("--memory-limit", default=S, metavar="GiB", help="cap the CUDA memory a run may take")
+    g.add_argument("--runs-dir", default=S, help="where event logs go (default tracetui_runs)")
+    g.add_argument("--sample-hz", default=S, help="GPU samples per second (default 10)")
+    g.add_argument("--no-probe", dest="probe", action="store_false", default=S,
+                   help="train without the probe's hooks (for overhead measurements)")
+
+
+SWEEP_KEYS = [f.name for f in fields(SweepConfig)]
+
+
+def from_args(ns: argparse.Namespace) -> SweepConfig:
+    """Build the config: defaults, then the TOML file, then the flags given."""
+    cfg = SweepConfig()
+    if getattr(ns, "config", None):
+        cfg = from_mapping(load_toml(ns.config), cfg)
+    given = {k: v for k, v in vars(ns).items() if k in SWEEP_KEYS}
+    return from_mapping(given, cfg)

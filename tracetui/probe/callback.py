@@ -1,0 +1,318 @@
+"""The probe: a ``TrainerCallback`` plus module and autograd hooks that time every phase.
+
+Phase edges in one optimizer step, in the order the HF ``Trainer`` reaches them::
+
+    prev end -> step_begin -> [fwd_start -> fwd_end -> bwd_start -> bwd_end -> sub_end]* ...
+             -> fwd_start -> fwd_end -> bwd_start -> bwd_end -> pre_opt -> opt_end -> end
+
+The time up to an edge is charged to that edge's phase (``_PHASE_OF``), so phases tile the step
+exactly and add up to its wall time. Sources of the edges: ``on_step_begin``,
+``on_substep_end``, ``on_pre_optimizer_step``, ``on_optimizer_step`` and ``on_step_end``
+callbacks; forward pre/post hooks on the model (``with_kwargs=True``: TRL passes keyword
+arguments); a tensor hook on the model's output for the start of backward; and
+``register_post_accumulate_grad_hook`` on the trainable parameters that finish last in backward
+for its end. Nothing in torch or the frameworks is patched.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from transformers import TrainerCallback
+
+from ..events import StepRecord
+from .timing import Mark, make_clock
+
+#: phase charged with the time *up to* an edge of this label
+_PHASE_OF = {
+    "step_begin": "data", "fwd_start": "data", "fwd_end": "forward", "bwd_start": "other",
+    "bwd_end": "backward", "sub_end": "other", "pre_opt": "optimizer", "opt_end": "optimizer",
+    "end": "other",
+}
+
+#: how many of the last parameters to receive a gradient mark the end of backward
+_TAIL_PARAMS = 4
+
+
+class Probe(TrainerCallback):
+    """Times each optimizer step and sends a :class:`StepRecord` event per step to ``emit``.
+
+    ``emit`` receives plain event dicts; it must not block (the worker's sink queues them).
+    ``warmup``: steps whose records are flagged ``warmup`` (measured, shown, not counted).
+    ``stop_after``: optional predicate on the list of measured step walls that ends training
+    early (adaptive stopping); it sets ``control.should_training_stop``.
+    """
+
+    def __init__(self, emit: Callable[[dict], None], run_id: str, warmup: int = 0,
+                 rank: int = 0, stop_after: Callable[[list[float]], bool] | None = None):
+        self.emit = emit
+        self.run_id = run_id
+        self.warmup = warmup
+        self.rank = rank
+        self.stop_after = stop_after
+        self.clock = None
+        self.cuda = False
+        self._torch = None
+        self._handles: list[Any] = []
+        self._tail_handles: list[Any] = []
+        self._marks: list[Mark] = []
+        self._pending: list[dict] = []
+        self._lock = threading.Lock()
+        self._state = "idle"
+        self._grad_order: list[Any] | None = None  # learning pass: params in the order grads land
+        self._tail: set[int] = set()
+        self._tail_seen = 0
+        self._losses: list[Any] = []
+        self._tokens: list[Any] = []
+        self._padded_tokens = 0
+        self._samples = 0
+        self._last_end: Mark | None = None
+        self._step = 0
+        self._measured_walls: list[float] = []
+        self._logged_loss: dict[int, float] = {}
+        self._attached = False
+        self.device = None
+
+    # ---- attaching -----------------------------------------------------------------------
+    def attach(self, model: Any) -> None:
+        """Install the hooks on ``model`` (the module whose forward the trainer calls)."""
+        if self._attached:
+            return
+        import torch
+
+        self._torch = torch
+        params = [p for p in model.parameters() if p.requires_grad]
+        device = params[0].device if params else next(model.parameters()).device
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.clock = make_clock(self.cuda)
+        self._handles.append(model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+        self._handles.append(model.register_forward_hook(self._fwd_post, with_kwargs=True))
+        # First optimizer step: learn the order in which gradients land, then keep hooks only
+        # on the last few (the end of backward), so later steps pay for a handful of hooks.
+        self._grad_order = []
+        for p in params:
+            self._tail_handles.append(p.register_post_accumulate_grad_hook(self._learn_grad))
+        self._attached = True
+
+    def detach(self) -> None:
+        for h in self._handles + self._tail_handles:
+            h.remove()
+        self._handles.clear()
+        self._tail_handles.clear()
+        self._attached = False
+
+    # ---- hooks -----------------------------------------------------------------------------
+    # ``_state`` follows one micro-batch: idle -> fwd -> after_fwd -> bwd -> after_bwd.
+    def _mark(self, label: str) -> None:
+        with self._lock:
+            self._marks.append(self.clock.mark(label))
+
+    def _fwd_pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+        if not module.training or not self._marks:
+            return  # outside an optimizer step (evaluation, generation, set-up)
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
+            self._samples += int(ids.shape[0])
+            self._padded_tokens += int(ids.numel())
+        mask = kwargs.get("attention_mask")
+        if mask is not None and hasattr(mask, "sum"):
+            self._tokens.append(mask.sum())
+        self._state = "fwd"
+        self._mark("fwd_start")
+
+    def _fwd_post(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        if self._state != "fwd":
+            return
+        self._state = "after_fwd"
+        self._mark("fwd_end")
+        tensor = _first_grad_tensor(output)
+        if tensor is not None:
+            tensor.register_hook(self._bwd_begin)
+
+    def _bwd_begin(self, grad: Any) -> None:
+        if self._state == "after_fwd":
+            self._state = "bwd"
+            self._mark("bwd_start")
+        return None
+
+    def _learn_grad(self, param: Any) -> None:
+        if self._grad_order is not None:
+            self._grad_order.append(param)
+
+    def _tail_grad(self, param: Any) -> None:
+        self._tail_seen += 1
+        if self._tail_seen == len(self._tail) and self._state in ("after_fwd", "bwd"):
+            self._state = "after_bwd"
+            self._mark("bwd_end")
+
+    def _close_backward(self, label: str) -> None:
+        """Mark ``label``; if backward's end was not seen, this edge ends backward."""
+        if self._state in ("after_fwd", "bwd"):
+            self._mark("bwd_end")
+        self._state = "idle"
+        self._tail_seen = 0
+        self._mark(label)
+
+    def _finish_learning(self) -> None:
+        if self._grad_order is None:
+            return
+        order, self._grad_order = self._grad_order, None
+        for h in self._tail_handles:
+            h.remove()
+        self._tail_handles.clear()
+        seen: dict[int, Any] = {}
+        for p in order:
+            seen.pop(id(p), None)
+            seen[id(p)] = p
+        tail = list(seen.values())[-_TAIL_PARAMS:]
+        self._tail = {id(p) for p in tail}
+        for p in tail:
+            self._tail_handles.append(p.register_post_accumulate_grad_hook(self._tail_grad))
+
+    # ---- callback events -------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None:
+            self.attach(model)
+        self.rank = getattr(args, "process_index", self.rank)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.clock is None:
+            return
+        if self._last_end is None:
+            self._last_end = self.clock.mark("start")
+        self._mark("step_begin")
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        if self.clock is not None and self._marks:
+            self._close_backward("sub_end")
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self.clock is not None and self._marks:
+            self._close_backward("pre_opt")
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.clock is not None and self._marks:
+            self._mark("opt_end")
+
+    def add_loss(self, loss: Any) -> None:
+        """Called by a trainer that hands over each micro-batch's (already GA-scaled) loss."""
+        if self._marks:
+            self._losses.append(loss.detach().float().reshape(()))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs and isinstance(logs["loss"], (int, float)):
+            self._logged_loss[state.global_step] = float(logs["loss"])
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.clock is None or not self._marks:
+            return
+        torch = self._torch
+        self._finish_learning()
+        self._step += 1
+        # Queue the loss/token read-back before the end mark, so the end event completing
+        # means the copy has landed too.
+        values = None
+        if self._losses or self._tokens:
+            parts = [torch.stack(self._losses).sum().reshape(1) if self._losses else None,
+                     torch.stack(self._tokens).sum().float().reshape(1) if self._tokens else None]
+            dev = self._losses[0].device if self._losses else self._tokens[0].device
+            nan = torch.full((1,), float("nan"), device=dev)
+            stacked = torch.cat([p if p is not None else nan for p in parts])
+            values = stacked.to("cpu", non_blocking=True) if self.cuda else stacked
+        peak = None
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated(self.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(self.device)
+        with self._lock:
+            end = self.clock.mark("end")
+            marks = [self._last_end] + self._marks + [end]
+            self._marks = []
+        self._pending.append(dict(
+            step=self._step, marks=marks, values=values, peak=peak, samples=self._samples,
+            padded=self._padded_tokens, has_loss=bool(self._losses), has_tokens=bool(self._tokens),
+            t_end=time.time(),
+        ))
+        self._last_end = end
+        self._losses, self._tokens = [], []
+        self._samples = self._padded_tokens = 0
+        self._resolve(block=False)
+        if self.stop_after is not None and self.stop_after(self._measured_walls):
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._resolve(block=True)
+
+    # ---- resolution ------------------------------------------------------------------------
+    def _resolve(self, block: bool) -> None:
+        """Emit finished steps in order. A step is held back at least until the next step
+        ends (so a loss logged by ``on_log`` after ``on_step_end`` can join it); on CUDA
+        until its end event has completed. ``block`` (end of training only) waits."""
+        while self._pending:
+            item = self._pending[0]
+            last = item["marks"][-1]
+            if not block and item["step"] >= self._step:
+                return
+            if not self.clock.ready(last):
+                if not block:
+                    return
+                self.clock.wait(last)
+            self._pending.pop(0)
+            record = self._record(item)
+            if not record.warmup:
+                self._measured_walls.append(record.wall_ms)
+            self.emit(record.to_event(self.run_id))
+
+    def _record(self, item: dict) -> StepRecord:
+        marks: list[Mark] = item["marks"]
+        phases = {"data": 0.0, "optimizer": 0.0, "other": 0.0}
+        fwd: list[float] = []
+        bwd: list[float] = []
+        for a, b in zip(marks, marks[1:]):
+            ms = max(0.0, self.clock.elapsed_ms(a, b))
+            phase = _PHASE_OF.get(b.label, "other")
+            if phase == "forward":
+                fwd.append(ms)
+            elif phase == "backward":
+                bwd.append(ms)
+            else:
+                phases[phase] += ms
+        wall = self.clock.elapsed_ms(marks[0], marks[-1])
+        host_ms = (marks[-1].host - marks[0].host) * 1000.0
+        self.clock.release(marks[:-1])  # the end mark is the next step's start: kept
+        loss = tokens = None
+        if item["values"] is not None:
+            vals = item["values"].tolist()
+            loss = vals[0] if item["has_loss"] else None
+            tokens = int(vals[1]) if item["has_tokens"] else None
+        if loss is None:
+            loss = self._logged_loss.pop(item["step"], None)
+        if tokens is None:
+            tokens = item["padded"] or None
+        # ``other`` absorbs rounding so the phases add up to the wall time exactly.
+        counted = phases["data"] + phases["optimizer"] + sum(fwd) + sum(bwd)
+        other = max(0.0, wall - counted)
+        return StepRecord(
+            step=item["step"], warmup=item["step"] <= self.warmup, wall_ms=wall, host_ms=host_ms,
+            data_ms=phases["data"], forward_ms=fwd, backward_ms=bwd,
+            optimizer_ms=phases["optimizer"], other_ms=other, loss=loss, tokens=tokens,
+            samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
+            extra={"t_end": item["t_end"]},
+        )
+
+
+def _first_grad_tensor(output: Any) -> Any:
+    """The first output tensor that requires grad: the loss if the model computed it, else
+    what the loss is computed from (logits, or TRL's fused ``log_probs``)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    values = output.values() if hasattr(output, "values") else output if isinstance(output, (tuple, list)) else ()
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            return v
+    return None
+

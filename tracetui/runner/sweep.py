@@ -1,0 +1,197 @@
+"""The sweep: plan the runs, start one spawned worker per run, pump its events to disk and to
+whoever listens (TUI, headless progress), and turn a worker that dies silently into ``crashed``.
+
+Each run gets a fresh process and a fresh bounded queue: a crash, an out-of-memory or a worker
+killed while holding the queue's lock cannot poison the next run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..config import Split, SweepConfig
+from ..events import RUN_FAILED, RUN_FINISHED, make
+from ..store import EventLog
+
+#: after a worker exits without a final event, how long to keep draining its queue
+_DRAIN_S = 1.0
+#: queue size: large enough for bursts, small enough to bound memory
+QUEUE_MAX = 10_000
+
+
+@dataclass
+class RunSpec:
+    run_id: str
+    split: Split
+    repeat: int
+    gpu: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.split.label
+
+
+def interleave(splits: list[Split], repeats: int) -> list[tuple[Split, int]]:
+    """Order runs so no split is favoured by position: A B C, then C B A, then A B C, ..."""
+    order: list[tuple[Split, int]] = []
+    for r in range(repeats):
+        seq = splits if r % 2 == 0 else list(reversed(splits))
+        order.extend((s, r) for s in seq)
+    return order
+
+
+def new_sweep_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
+
+
+def _ensure_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, while ``sys.stderr`` is the real one.
+
+    Textual replaces ``sys.stderr``; a tracker started later would be handed its bad file
+    descriptor ("bad value(s) in fds_to_keep")."""
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    except Exception:  # noqa: BLE001 - platforms without one need nothing
+        pass
+
+
+class Sweep:
+    """Runs ``splits`` of ``cfg`` one after another.
+
+    ``on_event`` is called (in the thread that calls :meth:`run`) with every event after it is
+    on disk. :meth:`stop` may be called from any thread or a signal handler.
+    """
+
+    def __init__(self, cfg: SweepConfig, splits: list[Split], on_event: Callable[[dict], None] | None = None,
+                 sweep_id: str | None = None):
+        self.cfg = cfg
+        self.splits = splits
+        self.on_event = on_event
+        self.sweep_id = sweep_id or new_sweep_id()
+        self.dir = Path(cfg.runs_dir) / self.sweep_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log = EventLog(self.dir / "events.jsonl")
+        self.plan = [RunSpec(f"{self.sweep_id}/{s.label}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
+                     for s, r in interleave(splits, cfg.repeats)]
+        self._ctx = mp.get_context("spawn")
+        self._stop = threading.Event()
+        self._proc = None
+        self.interrupted = False
+        self.outcomes: dict[str, str] = {}
+        _ensure_resource_tracker()
+
+    # ---- control ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop after the current run is told to stop; later runs do not start."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def current_pid(self) -> int | None:
+        p = self._proc
+        return p.pid if p is not None and p.is_alive() else None
+
+    # ---- running ---------------------------------------------------------------------------
+    def run(self, only: list[RunSpec] | None = None) -> dict[str, str]:
+        """Run every planned run (or ``only`` those); return run_id -> final status."""
+        for spec in (only or self.plan):
+            if self._stop.is_set():
+                self.interrupted = True
+                break
+            self.outcomes[spec.run_id] = self._run_one(spec)
+        if self._stop.is_set():
+            self.interrupted = True
+        return self.outcomes
+
+    def close(self) -> None:
+        self.log.close()
+
+    def rerun(self, split: Split) -> str:
+        """Run ``split`` once more in this sweep (the TUI's ``r``)."""
+        n = sum(1 for s in self.plan if s.split == split)
+        spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n)
+        self.plan.append(spec)
+        self._stop.clear()
+        self.outcomes[spec.run_id] = self._run_one(spec)
+        return self.outcomes[spec.run_id]
+
+    def _emit(self, event: dict) -> None:
+        self.log.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _run_one(self, spec: RunSpec) -> str:
+        q = self._ctx.Queue(maxsize=QUEUE_MAX)
+        log_path = str(self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log"))
+        payload = dict(run_id=spec.run_id, config=self.cfg.to_dict(), micro_batch=spec.split.micro_batch,
+                       grad_accum=spec.split.grad_accum, repeat=spec.repeat, gpu=spec.gpu, log_path=log_path)
+        from . import worker
+
+        proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.label}", daemon=True)
+        proc.start()
+        self._proc = proc
+        final: str | None = None
+        dead_since: float | None = None
+        term_sent: float | None = None
+        try:
+            while True:
+                if self._stop.is_set() and term_sent is None and proc.is_alive():
+                    term_sent = time.monotonic()
+                    proc.terminate()  # SIGTERM: the worker reports ``interrupted``
+                if term_sent is not None and proc.is_alive() and time.monotonic() - term_sent > 10:
+                    proc.kill()
+                try:
+                    event = q.get(timeout=0.1)
+                except queue_mod.Empty:
+                    event = None
+                except (EOFError, OSError):
+                    event = None
+                if event is not None:
+                    if event.get("run_id") == spec.run_id and event.get("type") in (RUN_FINISHED, RUN_FAILED):
+                        final = "ok" if event["type"] == RUN_FINISHED else event.get("kind", "error")
+                    self._emit(event)
+                    if final is not None:
+                        break
+                    continue
+                if not proc.is_alive():
+                    dead_since = dead_since or time.monotonic()
+                    if time.monotonic() - dead_since > _DRAIN_S:
+                        break
+        finally:
+            proc.join(timeout=15)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+            self._proc = None
+            q.close()
+            q.cancel_join_thread()
+        if final is None:
+            code = proc.exitcode
+            if self._stop.is_set():
+                final = "interrupted"
+                msg = "stopped by the sweep"
+            else:
+                final = "crashed"
+                how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+                       else f"exited with status {code}")
+                msg = f"worker {how} without reporting; its log: {log_path}"
+            self._emit(make(RUN_FAILED, spec.run_id, kind=final, message=msg))
+        return final
+
+
+def child_pids() -> list[int]:
+    """Pids of this process's live worker children (for tests and fault injection)."""
+    return [p.pid for p in mp.active_children() if p.pid is not None and p.pid != os.getpid()]

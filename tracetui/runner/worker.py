@@ -1,0 +1,261 @@
+"""One run (one split) in its own spawned process.
+
+The module imports nothing heavy at top level: the parent pickles only a reference to
+:func:`run`, and the child sets ``CUDA_VISIBLE_DEVICES`` before torch is first imported.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+
+class Interrupted(Exception):
+    """SIGTERM from the sweep: stop training and report ``interrupted``."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    raise Interrupted()
+
+
+def environment(device: str) -> dict[str, Any]:
+    """What a result depends on besides the split: GPU, driver, library versions."""
+    import platform
+
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    env: dict[str, Any] = {
+        "device": device, "python": platform.python_version(), "host": platform.node(),
+        "cpu_count": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "trl": trl.__version__, "peft": peft.__version__,
+    }
+    try:
+        import accelerate
+
+        env["accelerate"] = accelerate.__version__
+    except ImportError:
+        pass
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(0)
+        env.update(gpu_name=props.name, gpu_total_gib=props.total_memory / 2**30,
+                   cuda=torch.version.cuda, gpu_uuid=str(getattr(props, "uuid", "") or ""))
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        except Exception:  # noqa: BLE001 - no NVML: the driver stays unknown
+            pass
+    else:
+        env["gpu_name"] = None
+        env["cpu"] = platform.processor() or platform.machine()
+    return env
+
+
+def resolve_precision(precision: str, device: str):
+    import torch
+
+    if precision == "auto":
+        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+            precision = "bf16"
+        else:
+            precision = "fp32"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    return precision, dtype
+
+
+def run(spec: dict, mp_queue: Any) -> None:
+    """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
+    gpu (index or None), log_path."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep decides what Ctrl-C stops
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    # Keep the child's prints off the terminal the TUI draws on.
+    log = open(spec["log_path"], "a", buffering=1, encoding="utf-8")
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    if spec.get("gpu") is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    from ..config import SweepConfig
+    from ..events import RUN_FAILED, RUN_FINISHED, RUN_STARTED, make
+    from .sink import QueueSink
+
+    sink = QueueSink(mp_queue)
+    run_id = spec["run_id"]
+    cfg = SweepConfig(**spec["config"])
+    mb, ga = spec["micro_batch"], spec["grad_accum"]
+    sampler = None
+    code = 0
+    try:
+        import torch
+
+        device = cfg.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda:") and spec.get("gpu") is None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = device[5:]
+        if device.startswith("cuda"):
+            device = "cuda"
+            torch.cuda.set_device(0)
+        precision, dtype = resolve_precision(cfg.precision, device)
+        env = environment(device)
+        if cfg.memory_limit is not None and device == "cuda":
+            total = torch.cuda.get_device_properties(0).total_memory / 2**30
+            torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_limit / total), 0)
+        sink.emit(make(RUN_STARTED, run_id, label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga,
+                       effective_batch=mb * ga, world_size=1, repeat=spec.get("repeat", 0),
+                       pid=os.getpid(), rank=0, precision=precision, env=env,
+                       config={k: v for k, v in cfg.to_dict().items()
+                               if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
+                                        "lora_targets", "activation_checkpointing", "memory_limit",
+                                        "seed")},
+                       gpu=spec.get("gpu"), log_path=spec["log_path"]))
+        if device == "cuda":
+            from ..probe.gpu import GpuSampler
+
+            sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
+                                 gpu_index=int(spec.get("gpu") or (cfg.device[5:] if cfg.device.startswith("cuda:") else 0)),
+                                 uuid=env.get("gpu_uuid") or None)
+            why = sampler.start()
+            if why:
+                sink.emit(make("notice", run_id, level="warning", message=why))
+                sampler = None
+        else:
+            sink.emit(make("notice", run_id, level="info",
+                           message="running on the CPU: no GPU samples; phases timed with the host clock"))
+        metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec)
+        sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
+                       steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False)))
+    except Interrupted:
+        sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
+        code = 3
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
+        kind, message = classify_failure(exc, mb)
+        traceback.print_exc()
+        sink.emit(make(RUN_FAILED, run_id, kind=kind, message=message))
+        code = 4 if kind == "oom" else 1
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        sink.close()
+        log.flush()
+    # os._exit skips interpreter shutdown (stray non-daemon threads cannot hang the worker), so
+    # run multiprocessing's finalizers by hand: they release semaphores that libraries (tqdm's
+    # lock, for one) registered, which the resource tracker would otherwise report as leaked.
+    from multiprocessing import util
+
+    util._run_finalizers()
+    os._exit(code)
+
+
+def classify_failure(exc: BaseException, micro_batch: int) -> tuple[str, str]:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    oom_types = ("OutOfMemoryError",)
+    is_oom = type(exc).__name__ in oom_types or isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text.lower())
+    )
+    if is_oom:
+        return "oom", f"out of memory at micro-batch {micro_batch}: {text[:200]}"
+    return "error", f"{type(exc).__name__}: {text[:300]}"
+
+
+def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict) -> dict:
+    """Build model, data and a real TRL ``SFTTrainer`` with LoRA, and train ``cfg.steps`` steps."""
+    import dataclasses
+    import tempfile
+
+    import torch
+    from peft import LoraConfig
+    from transformers import set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    from ..probe.callback import Probe
+    from .sources import build_dataset, load_model, load_tokenizer
+
+    set_seed(cfg.seed)
+    tokenizer = load_tokenizer(cfg)
+    model = load_model(cfg, device, dtype)
+    dataset = build_dataset(cfg, model.config.vocab_size)
+    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [
+        t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM")
+    out_dir = tempfile.mkdtemp(prefix="tracetui-")
+    extra = {}
+    if cfg.activation_checkpointing:
+        # transformers 5.2x renamed gradient_checkpointing; older releases know only the old name.
+        known = {f.name for f in dataclasses.fields(SFTConfig)}
+        name = "activation_checkpointing" if "activation_checkpointing" in known else "gradient_checkpointing"
+        extra = {name: True, name + "_kwargs": {"use_reentrant": False}}
+    args = SFTConfig(**extra,
+        output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
+        max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
+        bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
+        logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
+        max_length=cfg.seq_len, dataset_text_field=cfg.text_field, packing=False, dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+    )
+    probe = Probe(emit, run_id, warmup=cfg.warmup) if cfg.probe else None
+
+    class ProbedSFTTrainer(SFTTrainer):
+        """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
+        override point of ``Trainer``, so the loss is read without a host-device sync."""
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            if probe is not None:
+                probe.add_loss(loss)
+            return loss
+
+    set_seed(cfg.seed)
+    trainer = ProbedSFTTrainer(model=model, args=args, train_dataset=dataset,
+                               processing_class=tokenizer, peft_config=lora,
+                               callbacks=[probe] if probe is not None else None)
+    if probe is None:
+        trainer.add_callback(_UnprobedSteps(emit, run_id, cfg.warmup))
+    result = trainer.train()
+    metrics = dict(result.metrics)
+    metrics["steps"] = trainer.state.global_step
+    metrics["stopped_early"] = trainer.state.global_step < cfg.steps
+    del trainer, model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return metrics
+
+
+def _UnprobedSteps(emit, run_id: str, warmup: int):
+    """Step wall times from ``on_step_end`` host clock alone: the baseline for measuring the
+    probe's own overhead (no hooks, no events on the device)."""
+    import time
+
+    from transformers import TrainerCallback
+
+    from ..events import StepRecord
+
+    class Steps(TrainerCallback):
+        def __init__(self):
+            self.last = None
+            self.n = 0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.last is None:
+                self.last = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            now = time.perf_counter()
+            self.n += 1
+            wall = (now - self.last) * 1000.0
+            self.last = now
+            emit(StepRecord(step=self.n, warmup=self.n <= warmup, wall_ms=wall, host_ms=wall,
+                            data_ms=0.0, forward_ms=[], backward_ms=[], optimizer_ms=0.0,
+                            other_ms=wall, extra={"unprobed": True}).to_event(run_id))
+
+    return Steps()

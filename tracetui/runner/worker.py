@@ -44,7 +44,8 @@ def environment(device: str) -> dict[str, Any]:
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
         env.update(gpu_name=props.name, gpu_total_gib=props.total_memory / 2**30,
-                   cuda=torch.version.cuda, gpu_uuid=str(getattr(props, "uuid", "") or ""))
+                   cuda=torch.version.cuda,
+                   gpu_uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "")
         try:
             import pynvml
 

@@ -1,0 +1,78 @@
+"""GPU-only checks (skipped without CUDA): the probe adds no host-device synchronisation."""
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+class TinyLM(torch.nn.Module):
+    """Plain torch ops only, so any sync the debug mode catches comes from the probe."""
+
+    def __init__(self, vocab=512, dim=256):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.l1 = torch.nn.Linear(dim, dim)
+        self.l2 = torch.nn.Linear(dim, dim)
+        self.head = torch.nn.Linear(dim, vocab)
+        self.emb.weight.requires_grad_(False)
+
+    def forward(self, input_ids=None, attention_mask=None):
+        h = self.emb(input_ids)
+        h = torch.relu(self.l1(h))
+        h = torch.relu(self.l2(h))
+        return {"logits": self.head(h)}
+
+
+def _drive(probe, model, steps, ga, mb, seq=64):
+    """The callback order of transformers' Trainer, by hand."""
+    from transformers import TrainerControl, TrainerState
+
+    args = types.SimpleNamespace(process_index=0)
+    state, control = TrainerState(), TrainerControl()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    batches = [torch.randint(0, 512, (mb, seq), device="cuda", generator=gen) for _ in range(steps * ga)]
+    masks = torch.ones(mb, seq, device="cuda", dtype=torch.long)
+    probe.on_train_begin(args, state, control, model=model)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for s in range(steps):
+            probe.on_step_begin(args, state, control)
+            for i in range(ga):
+                ids = batches[s * ga + i]
+                out = model(input_ids=ids, attention_mask=masks)
+                loss = torch.nn.functional.cross_entropy(out["logits"].flatten(0, 1), ids.flatten()) / ga
+                loss.backward()
+                probe.add_loss(loss)
+                if i < ga - 1:
+                    probe.on_substep_end(args, state, control)
+            probe.on_pre_optimizer_step(args, state, control)
+            opt.step()
+            probe.on_optimizer_step(args, state, control)
+            opt.zero_grad(set_to_none=True)
+            probe.on_step_end(args, state, control)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    probe.on_train_end(args, state, control)
+
+
+def test_probe_adds_no_sync():
+    from tracetui.probe.callback import Probe
+
+    events = []
+    model = TinyLM().cuda()
+    probe = Probe(events.append, "gpu-test", warmup=1)
+    _drive(probe, model, steps=6, ga=3, mb=4)
+    steps = [e for e in events if e["type"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
+    for e in steps:
+        assert len(e["forward_ms"]) == 3 and len(e["backward_ms"]) == 3
+        assert all(x > 0 for x in e["forward_ms"] + e["backward_ms"])
+        parts = e["data_ms"] + sum(e["forward_ms"]) + sum(e["backward_ms"]) + e["optimizer_ms"] + e["other_ms"]
+        assert parts == pytest.approx(e["wall_ms"], rel=1e-3)
+        assert e["tokens"] == 3 * 4 * 64 and e["samples"] == 12
+        assert e["loss"] == pytest.approx(6.2, abs=0.5)  # ln(512) at random init
+        assert e["peak_mem_gib"] > 0

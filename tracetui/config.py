@@ -284,7 +284,8 @@ def model_kind(model: str) -> str:
 def dataset_kind(dataset: str) -> str:
     if dataset == "synthetic":
         return "synthetic"
-    if Path(dataset).suffix.lower() in DATA_SUFFIXES or os.path.sep in dataset or dataset.startswith("."):
+    if (Path(dataset).suffix.lower() in DATA_SUFFIXES or os.path.exists(dataset)
+            or dataset.startswith((".", "/", "~"))):
         return "file"
     return "hub"
 

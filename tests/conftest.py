@@ -1,0 +1,32 @@
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args, cwd=None, timeout=600, env=None):
+    """Run ``python -m tracetui ARGS`` as a real subprocess."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "tracetui", *map(str, args)], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def read_csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory):
+    """One real headless sweep on the tiny preset, shared by the tests that read its outputs."""
+    d = tmp_path_factory.mktemp("sweep")
+    out, steps = d / "out.csv", d / "steps.csv"
+    proc = run_cli("--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "1x4,2x2,4x1",
+                   "--steps", 8, "--warmup", 2, "--runs-dir", d / "runs")
+    logs = list((d / "runs").glob("*/events.jsonl"))
+    return dict(proc=proc, out=out, steps=steps, jsonl=logs[0] if logs else None, dir=d)

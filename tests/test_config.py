@@ -1,0 +1,113 @@
+"""Every bad value is refused before training, on one line, with exit status 2."""
+
+import pytest
+
+from tracetui.cli import main
+from tracetui.config import ConfigError, SweepConfig, from_mapping, validate
+
+from .conftest import run_cli
+
+
+def _err(capsys, *argv):
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    return code, err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--splits", "3x2"], "--splits: 3x2 multiplies to 6"),
+    (["--splits", "2y2"], "--splits: '2y2' is not MICROxACCUM"),
+    (["--splits", "0x4"], "zero factor"),
+    (["--splits", "1x4,1x4"], "listed twice"),
+    (["--model", "no-such-preset"], "--model: 'no-such-preset' is not a preset"),
+    (["--dataset", "missing.jsonl"], "--dataset: missing.jsonl does not exist"),
+    (["--warmup", "5", "--steps", "5"], "--warmup: 5 leaves no measured step"),
+    (["--steps", "0"], "--steps: must be at least 1"),
+    (["--steps", "many"], "--steps: 'many' is not a valid int"),
+    (["--effective-batch", "4,x"], "--effective-batch: 'x' is not a whole number"),
+    (["--precision", "fp8"], "--precision: 'fp8' is not one of"),
+    (["--device", "tpu"], "--device: 'tpu' is not auto"),
+    (["--lora-dropout", "1.5"], "--lora-dropout"),
+    (["--lr", "-1"], "--lr: must be positive"),
+    (["--memory-limit", "0"], "--memory-limit: must be a positive"),
+    (["--max-micro-batch", "1", "--splits", "2x2"], "above --max-micro-batch"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--config", "nope.toml"], "--config: nope.toml does not exist"),
+])
+def test_bad_flag_is_one_line_exit_2(capsys, argv, needle):
+    code, err = _err(capsys, "--export", "csv", *argv)
+    assert code == 2
+    assert needle in err
+    assert err.count("\n") == 1 and err.startswith("tracetui: error: ")
+    assert "Traceback" not in err
+
+
+def test_cuda_where_there_is_none(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code, err = _err(capsys, "--export", "csv", "--device", "cuda")
+    assert code == 2 and "--device: cuda asked for, but this machine has no usable CUDA GPU" in err
+
+
+def test_text_field_absent(capsys, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"body": "hello"}\n{"body": "world"}\n')
+    code, err = _err(capsys, "--export", "csv", "--dataset", str(data), "--text-field", "text")
+    assert code == 2 and "--text-field: 'text' is not a column" in err and "body" in err
+
+
+def test_unwritable_output(capsys, tmp_path):
+    code, err = _err(capsys, "--export", "csv", "-o", str(tmp_path / "no" / "dir" / "x.csv"))
+    assert code == 2 and "--output: folder" in err and "does not exist" in err
+
+
+def test_toml_and_flags_override(tmp_path):
+    from tracetui.cli import build_parser
+    from tracetui.config import from_args
+
+    cfg_file = tmp_path / "s.toml"
+    cfg_file.write_text('[sweep]\nsteps = 12\nwarmup = 2\nsplits = ["1x8", "8x1"]\neffective-batch = 8\n')
+    ns = build_parser().parse_args(["--config", str(cfg_file), "--steps", "20"])
+    cfg = from_args(ns)
+    assert cfg.steps == 20 and cfg.warmup == 2 and cfg.effective_batch == [8]
+    assert [s.label for s in validate(cfg)] == ["1x8", "8x1"]
+
+
+def test_bad_toml_key_and_syntax(capsys, tmp_path):
+    bad = tmp_path / "b.toml"
+    bad.write_text("stepz = 3\n")
+    code, err = _err(capsys, "--export", "csv", "--config", str(bad))
+    assert code == 2 and "stepz: is not a tracetui setting" in err
+    bad.write_text("steps = [\n")
+    code, err = _err(capsys, "--export", "csv", "--config", str(bad))
+    assert code == 2 and "is not valid TOML" in err
+
+
+def test_auto_splits():
+    cfg = from_mapping({"effective_batch": "4,6", "max_micro_batch": 4})
+    assert [s.label for s in validate(cfg)] == ["1x4", "2x2", "4x1", "1x6", "2x3", "3x2"]
+
+
+def test_error_names_field():
+    with pytest.raises(ConfigError) as exc:
+        validate(SweepConfig(steps=3, warmup=3))
+    assert exc.value.field == "--warmup"
+
+
+def test_cli_subprocess_no_traceback():
+    proc = run_cli("--export", "csv", "--splits", "3x3")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("tracetui: error: --splits")
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_is_fast_and_light():
+    proc = run_cli("--help")
+    assert proc.returncode == 0 and "--effective-batch" in proc.stdout
+    import subprocess
+    import sys
+
+    code = "import sys, tracetui.cli; print('torch' in sys.modules, 'textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert out.strip() == "False False"

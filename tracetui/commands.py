@@ -36,7 +36,7 @@ def show_main(argv: list[str]) -> int:
     if not ns.export:
         from .tui.app import run_replay
 
-        return run_replay(results, ns, skipped=report.summary())
+        return run_replay(report.events, ns, skipped=report.summary())
     rows, err = finish_outputs(results, ns, None)
     if err:
         sys.stderr.write(f"tracetui: error: {err}\n")

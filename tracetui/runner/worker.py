@@ -131,7 +131,7 @@ def run(spec: dict, mp_queue: Any) -> None:
                 sampler = None
         else:
             sink.emit(make("notice", run_id, level="info",
-                           message="running on the CPU: no GPU samples; phases timed with the host clock"))
+                           message="running on the CPU; phases timed with the host clock"))
         metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False)))

@@ -1,0 +1,252 @@
+"""The live monitor: a Textual app over an event source (a sweep, a replayed log, a watch).
+
+Events land in an :class:`Inbox` from background threads; a timer drains it a few times a
+second, folds the events into :class:`Results` and redraws only then, so a flood of events
+never blocks training nor makes the screen flicker.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from ..analysis import Results, summarise
+from ..config import parse_split
+from .sources import Inbox, ReplaySource, Source, SweepSource
+from .widgets import phase_legend, GpuChart, GpuStatus, PhaseChart, RunList, StepChart, SummaryTable, ThroughputChart, Verdict
+
+REFRESH_HZ = 4.0
+
+
+class HelpScreen(ModalScreen):
+    """The keys, built from the app's bindings."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        lines = ["[b]tracetui keys[/b]", ""]
+        for b in self.app.BINDINGS:
+            if isinstance(b, Binding) and b.show:
+                lines.append(f"  [b]{b.key_display or b.key:>6}[/b]  {b.description}")
+        lines += ["  [b]ctrl+p[/b]  command palette", "", "Arrows move the run list cursor (for [b]r[/b]).",
+                  "Tabs: phases, step time, throughput, GPU.", "", "escape closes this screen"]
+        with Vertical(id="help"):
+            yield Static("\n".join(lines))
+
+
+class TraceApp(App):
+    """tracetui's monitor."""
+
+    TITLE = "tracetui"
+    CSS_PATH = "tracetui.tcss"
+    BINDINGS = [
+        Binding("q", "quit_app", "Quit", id="quit"),
+        Binding("e", "export", "Export CSV", id="export"),
+        Binding("s", "screenshot", "Screenshot", id="screenshot"),
+        Binding("r", "rerun", "Run again", id="rerun"),
+        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+    ]
+
+    def __init__(self, source: Source, out_path: str = "tracetui_results.csv", screenshot_dir: str = ".",
+                 planned: list[tuple[str, str]] | None = None, subtitle: str = "", note: str = "",
+                 project_steps: int | None = None):
+        super().__init__()
+        self.source = source
+        self.inbox = Inbox()
+        self.results = Results()
+        self.rows: list[dict] = []
+        self.out_path = out_path
+        self.screenshot_dir = screenshot_dir
+        self.planned = planned or []
+        self.sub_title = subtitle
+        self.note = note
+        self.project_steps = project_steps
+        self.events_applied = 0
+        self.exit_code = 0
+        self.quit_reason = ""
+        self._dirty = False
+        self._quitting = False
+        self._focus_run: str | None = None
+
+    # ---- layout --------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Verdict("waiting for the first measured steps ...", id="verdict")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield RunList(id="runs")
+                yield GpuStatus(id="gpu-status")
+            with TabbedContent(id="charts"):
+                with TabPane("Phases", id="tab-phases"):
+                    yield Static(phase_legend(), id="legend")
+                    yield PhaseChart(id="phases")
+                with TabPane("Step time", id="tab-steps"):
+                    yield StepChart(id="steps")
+                with TabPane("Throughput", id="tab-throughput"):
+                    yield ThroughputChart(id="throughput")
+                with TabPane("GPU", id="tab-gpu"):
+                    yield GpuChart(id="gpu")
+        yield SummaryTable(id="summary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.source.start(self.inbox)
+        self.apply_events()
+        self.redraw()
+        self.set_interval(1.0 / REFRESH_HZ, self._tick)
+        if self.note:
+            self.notify(self.note, severity="warning", timeout=8)
+
+    # ---- events -> screen ---------------------------------------------------------------------
+    def apply_events(self) -> int:
+        events = self.inbox.drain()
+        for e in events:
+            run = self.results.add(e)
+            if e["type"] in ("run_started", "step") and run.status in ("warming up", "running"):
+                self._focus_run = run.run_id
+        if events:
+            self.events_applied += len(events)
+            self._dirty = True
+        return len(events)
+
+    def _tick(self) -> None:
+        self.apply_events()
+        if self._dirty:
+            self.redraw()
+
+    def focus_run(self):
+        if self._focus_run and self._focus_run in self.results.runs:
+            return self.results.runs[self._focus_run]
+        runs = [r for r in self.results.runs.values() if r.steps]
+        return runs[-1] if runs else None
+
+    def redraw(self) -> None:
+        self._dirty = False
+        self.rows = summarise(self.results, self.project_steps)
+        run = self.focus_run()
+        with self.batch_update():
+            self.query_one(Verdict).update_from(self.rows, "waiting for the first measured steps ...")
+            self.query_one(RunList).update_from(self.results, self.planned)
+            self.query_one(GpuStatus).update_from(run, self.results)
+            self.query_one(PhaseChart).update_from(self.rows)
+            self.query_one(StepChart).update_from(run)
+            self.query_one(ThroughputChart).update_from(self.rows)
+            self.query_one(GpuChart).update_from(run)
+            self.query_one(SummaryTable).update_from(self.rows)
+
+    @on(RunList.RowHighlighted, "#runs")
+    def _pick_run(self, event: RunList.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key is not None else None
+        if key in self.results.runs:
+            self._focus_run = key
+            self._dirty = True
+
+    # ---- actions --------------------------------------------------------------------------------
+    def write_csv(self) -> str | None:
+        """Write the summary CSV; return an error line, or None."""
+        from ..export import summary_csv, write_text
+
+        try:
+            write_text(self.out_path, summary_csv(summarise(self.results, self.project_steps)))
+        except OSError as exc:
+            return f"cannot write {self.out_path} ({exc.strerror or exc}); events stay in {self.source.describe()}"
+        return None
+
+    def action_export(self) -> None:
+        self.apply_events()
+        err = self.write_csv()
+        if err:
+            self.notify(err, severity="error", timeout=10)
+        else:
+            self.notify(f"wrote {self.out_path}")
+
+    def action_screenshot(self) -> None:
+        path = self.save_screenshot(path=self.screenshot_dir)
+        self.notify(f"saved {path}")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_rerun(self) -> None:
+        table = self.query_one(RunList)
+        if not self.source.can_rerun:
+            self.notify("this view replays saved events: nothing to run again", severity="warning")
+            return
+        if self.source.running():
+            self.notify("the sweep is still running: run a split again once it has finished", severity="warning")
+            return
+        try:
+            row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001 - empty table
+            self.notify("no run selected", severity="warning")
+            return
+        label = (self.results.runs.get(row_key).label if row_key in self.results.runs
+                 else dict(self.planned).get(row_key, ""))
+        self.source.rerun(parse_split(label))
+        self.notify(f"running {label} again")
+
+    def action_quit_app(self) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        if self.source.running():
+            self.notify("stopping the workers ...", timeout=15)
+            self.quit_reason = "quit while the sweep was running"
+            self.exit_code = 130
+            self.source.stop()
+            self._finish_quit()
+        else:
+            self._write_and_exit()
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def _finish_quit(self) -> None:
+        self.source.join(timeout=30)
+        self.call_from_thread(self._write_and_exit)
+
+    def _write_and_exit(self) -> None:
+        self.apply_events()
+        if self.source.live:
+            err = self.write_csv()
+            if err:
+                self.quit_reason = (self.quit_reason + "; " if self.quit_reason else "") + err
+                self.exit_code = self.exit_code or 1
+        self.exit(return_code=self.exit_code)
+
+
+def run_app(cfg, splits, ns) -> int:
+    """Open the monitor on a new sweep; after it closes, say where everything is."""
+    from ..runner.sweep import Sweep
+
+    sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
+    out = ns.output or "tracetui_results.csv"
+    planned = [(s.run_id, s.label) for s in sweep.plan]
+    app = TraceApp(SweepSource(sweep), out_path=out, planned=planned,
+                   subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps", project_steps=ns.project_steps)
+    started = time.monotonic()
+    app.run()
+    sweep.close()
+    code = app.return_code or app.exit_code
+    wrote = "" if app.quit_reason and "cannot write" in app.quit_reason else f"; summary in {out}"
+    if app.quit_reason:
+        done = [r["split"] for r in app.rows if r["status"] == "ok"]
+        sys.stderr.write(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
+                         f"every measured step is in {sweep.log.path}{wrote}\n")
+    else:
+        sys.stderr.write(f"tracetui: events in {sweep.log.path}{wrote} "
+                         f"({time.monotonic() - started:.0f} s)\n")
+    return code or 0
+
+
+def run_replay(events: list[dict], ns, skipped: str = "") -> int:
+    """Open the monitor on saved events (``tracetui show``)."""
+    app = TraceApp(ReplaySource(events), out_path=ns.output or "tracetui_results.csv",
+                   subtitle="replay", note=skipped, project_steps=getattr(ns, "project_steps", None))
+    app.run()
+    return 0

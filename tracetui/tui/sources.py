@@ -1,0 +1,118 @@
+"""Where the TUI's events come from: a sweep it runs, a saved log it replays, or scripts that
+attach over a socket. Each source pushes events into a thread-safe inbox; the app drains it on
+a timer, so no source ever waits on the screen."""
+
+from __future__ import annotations
+
+import abc
+import collections
+import threading
+from typing import Callable
+
+from ..config import Split
+
+
+class Inbox:
+    """Thread-safe event buffer between producers and the UI thread."""
+
+    def __init__(self) -> None:
+        self._q: collections.deque = collections.deque()
+        self.received = 0
+
+    def put(self, event: dict) -> None:
+        self._q.append(event)  # deque.append is atomic
+        self.received += 1
+
+    def drain(self, limit: int = 1_000_000) -> list[dict]:
+        out = []
+        q = self._q
+        while q and len(out) < limit:
+            out.append(q.popleft())
+        return out
+
+
+class Source(abc.ABC):
+    live = False
+    can_rerun = False
+
+    @abc.abstractmethod
+    def start(self, inbox: Inbox) -> None:
+        """Begin delivering events into ``inbox`` (without blocking the caller)."""
+
+    def stop(self) -> None:
+        pass
+
+    def running(self) -> bool:
+        return False
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+    def describe(self) -> str:
+        return ""
+
+
+class ReplaySource(Source):
+    """Saved events (``tracetui show``, snapshot tests): all delivered at start."""
+
+    def __init__(self, events: list[dict], title: str = "replay"):
+        self.events = events
+        self.title = title
+
+    def start(self, inbox: Inbox) -> None:
+        for e in self.events:
+            inbox.put(e)
+
+    def describe(self) -> str:
+        return self.title
+
+
+class SweepSource(Source):
+    """Runs a :class:`~tracetui.runner.sweep.Sweep` in a background thread.
+
+    The sweep thread drains the workers' multiprocessing queue and writes the JSONL; this source
+    only forwards what it wrote to the inbox."""
+
+    live = True
+    can_rerun = True
+
+    def __init__(self, sweep) -> None:
+        self.sweep = sweep
+        self._thread: threading.Thread | None = None
+        self._inbox: Inbox | None = None
+        self.on_done: Callable[[], None] | None = None
+
+    def start(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+        self.sweep.on_event = inbox.put
+        self._launch(self.sweep.run)
+
+    def _launch(self, target) -> None:
+        def body():
+            try:
+                target()
+            finally:
+                if self.on_done is not None:
+                    self.on_done()
+
+        self._thread = threading.Thread(target=body, name="tracetui-sweep", daemon=True)
+        self._thread.start()
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def rerun(self, split: Split) -> bool:
+        if self.running():
+            return False
+        self._launch(lambda: self.sweep.rerun(split))
+        return True
+
+    def stop(self) -> None:
+        self.sweep.stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def describe(self) -> str:
+        return str(self.sweep.log.path)

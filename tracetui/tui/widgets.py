@@ -1,0 +1,246 @@
+"""The monitor's panels. Each takes the current :class:`~tracetui.analysis.Results` (and the
+summary rows) and redraws itself; the app calls them at most a few times a second."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable, Static
+from textual_plotext import PlotextPlot
+
+from ..analysis import PHASES, Results, RunData, median, recommendation, verdict
+
+PHASE_NAMES = ("data", "forward", "backward", "optimizer", "other")
+#: one colour per phase, as RGB so the chart (plotext) and its legend (Rich) match exactly
+PHASE_RGB = ((245, 150, 30), (70, 130, 240), (220, 70, 150), (80, 180, 80), (150, 150, 150))
+
+
+def phase_legend() -> Text:
+    text = Text()
+    for name, (r, g, b) in zip(("data", "fwd", "bwd", "opt", "other"), PHASE_RGB):
+        text.append("█", style=f"rgb({r},{g},{b})")
+        text.append(f"{name} ")
+    text.append("(median ms/step)", style="dim")
+    return text
+
+STATUS_STYLE = {
+    "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
+    "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",
+}
+
+
+def _fmt(v, spec: str = ".1f", dash: str = "-") -> str:
+    return dash if v is None else format(v, spec)
+
+
+def run_progress(run: RunData, total_steps: int | None) -> tuple[str, str]:
+    """``step n/N`` and the time left, from the median step so far."""
+    done = max((s["step"] for s in run.steps if s.get("rank", 0) == 0), default=0)
+    total = total_steps or (run.started.get("config") or {}).get("steps")
+    prog = f"{done}/{total}" if total else str(done)
+    left = "-"
+    if run.status in ("running", "warming up") and total and run.steps:
+        ms = median([s["wall_ms"] for s in run.steps[-10:]])
+        secs = (total - done) * ms / 1000.0
+        left = f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}m"
+    elif run.status == "ok":
+        left = "done"
+    return prog, left
+
+
+class Verdict(Static):
+    """The one-line answer at the top."""
+
+    def update_from(self, rows: list[dict], fallback: str) -> None:
+        line = verdict(rows)
+        rec = recommendation(rows)
+        text = Text()
+        if line:
+            text.append(line, style="bold")
+            if rec:
+                text.append("\n" + rec)
+        else:
+            text.append(fallback, style="dim")
+        self.update(text)
+
+
+class RunList(DataTable):
+    """Every run with its status, progress and time left; the cursor picks a split for ``r``."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = False
+        self.add_column("split", key="split", width=6)
+        self.add_column("status", key="status", width=10)
+        self.add_column("step", key="step", width=6)
+        self.add_column("left", key="left", width=4)
+
+    def update_from(self, results: Results, planned: list[tuple[str, str]]) -> None:
+        """``planned``: (run_id, label) of runs not started yet, shown as queued."""
+        rows = [(rid, run.label, run) for rid, run in results.runs.items() if run.started or run.status != "queued"]
+        known = {r[0] for r in rows}
+        rows += [(rid, label, None) for rid, label in planned if rid not in known]
+        for rid, label, run in rows:
+            status = run.status if run else "queued"
+            prog, left = run_progress(run, None) if run else ("-", "-")
+            cells = (label, Text(status, style=STATUS_STYLE.get(status, "")), prog, left)
+            if rid in self.rows:
+                for col, val in zip(("split", "status", "step", "left"), cells):
+                    self.update_cell(rid, col, val)
+            else:
+                self.add_row(*cells, key=rid)
+
+
+class PhaseChart(PlotextPlot):
+    """Stacked bars: the median phases of an optimizer step, per split (ms)."""
+
+    def update_from(self, rows: list[dict]) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        rows = [r for r in rows if r.get("step_ms_median")]
+        if not rows:
+            plt.title("waiting for measured steps")
+            self.refresh()
+            return
+        labels = [r["split"] for r in rows]
+        data = [[r.get(p) or 0.0 for r in rows] for p in PHASES]
+        # Horizontal: the terminal's width gives the bars far finer steps than its height.
+        plt.stacked_bar(labels, data, color=list(PHASE_RGB), width=0.4, orientation="horizontal")
+        self.refresh()
+
+
+class StepChart(PlotextPlot):
+    """Step time over steps of one run (the running one), warm-up steps marked apart."""
+
+    def update_from(self, run: RunData | None) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        steps = [s for s in (run.steps if run else []) if s.get("rank", 0) == 0]
+        if not steps:
+            plt.title("step time (ms): no steps yet")
+            self.refresh()
+            return
+        warm = [s for s in steps if s.get("warmup")]
+        meas = [s for s in steps if not s.get("warmup")]
+        if warm:
+            plt.scatter([s["step"] for s in warm], [s["wall_ms"] for s in warm], label="warm-up", color="yellow", marker="x")
+        if meas:
+            plt.plot([s["step"] for s in meas], [s["wall_ms"] for s in meas], label="measured", color="cyan", marker="braille")
+        plt.title(f"step time (ms): {run.label}")
+        plt.xlabel("optimizer step")
+        self.refresh()
+
+
+class ThroughputChart(PlotextPlot):
+    """Tokens per second per split."""
+
+    def update_from(self, rows: list[dict]) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        rows = [r for r in rows if r.get("tokens_per_s")]
+        if not rows:
+            plt.title("throughput (tokens/s): waiting for measured steps")
+            self.refresh()
+            return
+        plt.bar([r["split"] for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
+                orientation="horizontal")
+        plt.title("throughput (tokens/s)")
+        self.refresh()
+
+
+class GpuChart(PlotextPlot):
+    """GPU utilisation % and memory used over time, from the NVML samples of one run."""
+
+    def update_from(self, run: RunData | None) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.clear_figure()
+        samples = run.gpu if run else []
+        if not samples:
+            plt.title("GPU: no samples")
+            self.refresh()
+            return
+        t0 = samples[0]["t"]
+        xs = [s["t"] - t0 for s in samples]
+        plt.plot(xs, [s["util"] for s in samples], label="util %", color="cyan", marker="braille")
+        total = samples[-1].get("mem_total_gib") or 1.0
+        plt.plot(xs, [100.0 * s["mem_used_gib"] / total for s in samples], label="memory %", color="magenta",
+                 marker="braille")
+        plt.ylim(0, 100)
+        plt.xlabel("seconds")
+        plt.title(f"GPU {run.label}")
+        self.refresh()
+
+
+class GpuStatus(Static):
+    """One line: the latest GPU reading, or why there is none."""
+
+    def update_from(self, run: RunData | None, results: Results) -> None:
+        if run is not None and run.gpu:
+            g = run.gpu[-1]
+            power = f" · {g['power_w']:.0f} W" if g.get("power_w") is not None else ""
+            name = (run.started.get("env") or {}).get("gpu_name") or "GPU"
+            self.update(f"{name} · util {g['util']:.0f}% · memory {g['mem_used_gib']:.1f}/"
+                        f"{g['mem_total_gib']:.0f} GiB{power}")
+            return
+        why = ""
+        for r in reversed(list(results.runs.values())):
+            for n in r.notices:
+                if "GPU" in n or "NVML" in n or "CPU" in n:
+                    why = n
+                    break
+            if why:
+                break
+        self.update(Text(f"No GPU samples: {why}" if why else "No GPU samples yet", style="dim"))
+
+
+SUMMARY_COLUMNS = [
+    ("split", "split"), ("status", "status"), ("step ms", "step"), ("p10-p90", "spread"), ("data", "data_ms"),
+    ("fwd", "forward_ms"), ("bwd", "backward_ms"), ("opt", "optimizer_ms"), ("other", "other_ms"),
+    ("tok/s", "tokens_per_s"), ("speedup", "speedup"), ("GPU%", "gpu_util_mean"), ("peak GiB", "peak_mem_gib"),
+    ("J/step", "energy_j_per_step"), ("loss", "final_loss"), ("steps", "steps_measured"), ("bound", "bound"),
+]
+
+
+class SummaryTable(DataTable):
+    """The side-by-side table of every split; the fastest of each effective batch in bold."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        for label, key in SUMMARY_COLUMNS:
+            self.add_column(label, key=key)
+
+    def update_from(self, rows: list[dict]) -> None:
+        self.clear()
+        multi = len({r["machine"] for r in rows}) > 1
+        multi_eb = len({r["effective_batch"] for r in rows}) > 1
+        for r in rows:
+            style = "bold green" if r.get("fastest") else ""
+            name = r["split"]
+            if multi_eb:
+                name = f"{name} (eb {r['effective_batch']})"
+            if multi:
+                name = f"{r['machine']} {name}"
+            status = r["status"]
+            if status != "ok" and r.get("message"):
+                status = f"{status}: {r['message'][:60]}"
+            sp = r.get("speedup_vs_slowest")
+            speed = "-" if sp is None else f"{sp:.2f}x"
+            if sp is not None and r.get("speedup_ci_low") is not None and r["speedup_ci_low"] != r["speedup_ci_high"]:
+                speed += f" [{r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f}]"
+            loss = _fmt(r.get("final_loss"), ".4f")
+            if r.get("loss_ok") is False:
+                loss += " drift!"
+            cells = [
+                Text(name, style=style), Text(status, style=STATUS_STYLE.get(r["status"], "")),
+                Text(_fmt(r.get("step_ms_median")), style=style),
+                f"{_fmt(r.get('step_ms_p10'), '.0f')}-{_fmt(r.get('step_ms_p90'), '.0f')}",
+                _fmt(r.get("data_ms")), _fmt(r.get("forward_ms")), _fmt(r.get("backward_ms")),
+                _fmt(r.get("optimizer_ms")), _fmt(r.get("other_ms")), _fmt(r.get("tokens_per_s"), ".0f"),
+                Text(speed, style=style), _fmt(r.get("gpu_util_mean"), ".0f"), _fmt(r.get("peak_mem_gib"), ".2f"),
+                _fmt(r.get("energy_j_per_step"), ".0f"), loss, str(r.get("steps_measured", 0)),
+                f"{r.get('bound') or '-'}",
+            ]
+            self.add_row(*cells)

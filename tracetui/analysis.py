@@ -8,6 +8,7 @@ feeds events as they come) or from a log (``tracetui show``).
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -45,25 +46,29 @@ def bootstrap_medians(values: list[float], n: int = BOOTSTRAP, seed: int = 0) ->
     return np.median(arr[idx], axis=1).tolist()
 
 
-def median_ci(values: list[float], level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the median."""
-    if len(values) < 2:
-        return (values[0], values[0]) if values else (math.nan, math.nan)
-    boots = bootstrap_medians(values, seed=seed)
+def median_ci(boots: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median, from :func:`bootstrap_medians`."""
     a = (1 - level) / 2
     return quantile(boots, a), quantile(boots, 1 - a)
 
 
-def ratio_ci(slow: list[float], fast: list[float], level: float = 0.95) -> tuple[float, float]:
-    """Bootstrap interval of median(slow) / median(fast), resampling both independently."""
-    if len(slow) < 2 or len(fast) < 2:
-        r = median(slow) / median(fast)
-        return r, r
-    bs = bootstrap_medians(slow, seed=1)
-    bf = bootstrap_medians(fast, seed=2)
-    ratios = [s / f for s, f in zip(bs, bf) if f > 0]
+def ratio_ci(slow_boots: list[float], fast_boots: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Bootstrap interval of median(slow) / median(fast): the two samples were resampled
+    independently (different seeds), so pairing their bootstrap medians is a valid draw."""
+    ratios = [s / f for s, f in zip(slow_boots, fast_boots) if f > 0]
     a = (1 - level) / 2
     return quantile(ratios, a), quantile(ratios, 1 - a)
+
+
+def _boots(results: "Results", key: tuple, walls: list[float]) -> list[float]:
+    """Bootstrap medians of a group, cached until the group gains steps (live redraws)."""
+    cached = results.boot_cache.get(key)
+    if cached is not None and cached[0] == len(walls):
+        return cached[1]
+    seed = zlib.crc32(repr(key).encode())  # stable across processes: same data, same interval
+    boots = bootstrap_medians(walls, seed=seed) if len(walls) > 1 else list(walls)
+    results.boot_cache[key] = (len(walls), boots)
+    return boots
 
 
 @dataclass
@@ -117,6 +122,7 @@ class Results:
 
     def __init__(self) -> None:
         self.runs: dict[str, RunData] = {}
+        self.boot_cache: dict[tuple, tuple[int, list[float]]] = {}
 
     def add(self, event: dict) -> RunData:
         run = self.runs.get(event["run_id"])
@@ -162,7 +168,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
                s["micro_batch"], s["grad_accum"], s.get("world_size", 1))
         groups.setdefault(key, []).append(run)
     rows: list[dict[str, Any]] = []
-    walls_of: dict[tuple, list[float]] = {}
+    boots_of: dict[tuple, list[float]] = {}
     for key, runs in groups.items():
         machine, eb, mb, ga, ws = key
         measured = [s for r in runs for s in r.measured()]
@@ -177,12 +183,12 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join(r.message for r in runs if r.message),
         )
-        walls_of[key] = walls
         if walls:
+            boots_of[key] = _boots(results, key, walls)
             row["step_ms_median"] = median(walls)
             row["step_ms_p10"] = quantile(walls, 0.1)
             row["step_ms_p90"] = quantile(walls, 0.9)
-            lo, hi = median_ci(walls)
+            lo, hi = median_ci(boots_of[key])
             row["step_ms_ci_low"], row["step_ms_ci_high"] = lo, hi
             for ph in PHASES:
                 row[ph] = median([_phase(s, ph) for s in measured])
@@ -214,7 +220,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         if project_steps and row.get("step_ms_median"):
             row["projected_s"] = project_steps * row["step_ms_median"] / 1000.0
         rows.append(row)
-    _add_speedups(rows, walls_of)
+    _add_speedups(rows, boots_of)
     _add_loss_check(rows)
     for row in rows:
         row["bound"], row["evidence"] = diagnose(row, rows)
@@ -237,7 +243,7 @@ def _energy_per_step(runs: list[RunData], step_ms: float | None) -> float | None
     return sum(powers) / len(powers) * step_ms / 1000.0
 
 
-def _add_speedups(rows: list[dict], walls_of: dict[tuple, list[float]]) -> None:
+def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("step_ms_median"):
@@ -245,10 +251,10 @@ def _add_speedups(rows: list[dict], walls_of: dict[tuple, list[float]]) -> None:
     for group in by_group.values():
         slowest = max(group, key=lambda r: r["step_ms_median"])
         fastest = min(group, key=lambda r: r["step_ms_median"])
-        sw = walls_of[_key(slowest)]
+        sw = boots_of[_key(slowest)]
         for r in group:
             r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
-            lo, hi = ratio_ci(sw, walls_of[_key(r)])
+            lo, hi = ratio_ci(sw, boots_of[_key(r)])
             r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
             r["fastest"] = r is fastest
 
@@ -361,10 +367,14 @@ def recommendation(rows: list[dict]) -> str:
     """The fastest split that fits with at least 10% memory headroom, per effective batch."""
     out = []
     groups: dict[tuple, list[dict]] = {}
+    unfinished = {(r["machine"], r["effective_batch"]) for r in rows
+                  if r["status"] in ("queued", "warming up", "running")}
     for r in rows:
         if r.get("step_ms_median") and r["status"] == "ok":
             groups.setdefault((r["machine"], r["effective_batch"]), []).append(r)
     for (_m, eb), group in groups.items():
+        if (_m, eb) in unfinished:
+            continue  # no advice while splits of this effective batch are still running
         def fits(r):
             cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
             return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= 0.9 * cap

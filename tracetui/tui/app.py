@@ -72,6 +72,7 @@ class TraceApp(App):
         self.exit_code = 0
         self.quit_reason = ""
         self._dirty = False
+        self._next_summary = 0.0
         self._quitting = False
         self._focus_run: str | None = None
 
@@ -129,22 +130,32 @@ class TraceApp(App):
 
     def redraw(self) -> None:
         self._dirty = False
-        self.rows = summarise(self.results, self.project_steps)
+        # The statistics (bootstrap intervals over every step) cost more as steps pile up, so
+        # they are recomputed at most every 4x their own cost: bounded CPU, however long the run.
+        now = time.monotonic()
+        fresh = now >= self._next_summary
+        if fresh:
+            self.rows = summarise(self.results, self.project_steps)
+            cost = time.monotonic() - now
+            self._next_summary = now + max(1.0 / REFRESH_HZ, 4.0 * cost)
+        else:
+            self._dirty = True  # the table still owes an update
         run = self.focus_run()
         with self.batch_update():
-            self.query_one(Verdict).update_from(self.rows, "waiting for the first measured steps ...")
             self.query_one(RunList).update_from(self.results, self.planned)
             self.query_one(GpuStatus).update_from(run, self.results)
-            self.query_one(PhaseChart).update_from(self.rows)
             self.query_one(StepChart).update_from(run)
-            self.query_one(ThroughputChart).update_from(self.rows)
             self.query_one(GpuChart).update_from(run)
-            self.query_one(SummaryTable).update_from(self.rows)
+            if fresh:
+                self.query_one(Verdict).update_from(self.rows, "waiting for the first measured steps ...")
+                self.query_one(PhaseChart).update_from(self.rows)
+                self.query_one(ThroughputChart).update_from(self.rows)
+                self.query_one(SummaryTable).update_from(self.rows)
 
     @on(RunList.RowHighlighted, "#runs")
     def _pick_run(self, event: RunList.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
-        if key in self.results.runs:
+        if self.query_one(RunList).user_moved and key in self.results.runs:
             self._focus_run = key
             self._dirty = True
 

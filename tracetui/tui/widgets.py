@@ -22,6 +22,10 @@ def phase_legend() -> Text:
     text.append("(median ms/step)", style="dim")
     return text
 
+#: the step and GPU charts show this many of the latest points (plotting is per point)
+STEP_WINDOW = 300
+GPU_WINDOW = 600
+
 STATUS_STYLE = {
     "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
     "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",
@@ -65,6 +69,17 @@ class Verdict(Static):
 
 class RunList(DataTable):
     """Every run with its status, progress and time left; the cursor picks a split for ``r``."""
+
+    #: set once the user moves the cursor; until then the charts follow the running split
+    user_moved = False
+
+    def action_cursor_up(self) -> None:
+        self.user_moved = True
+        super().action_cursor_up()
+
+    def action_cursor_down(self) -> None:
+        self.user_moved = True
+        super().action_cursor_down()
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -116,7 +131,7 @@ class StepChart(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        steps = [s for s in (run.steps if run else []) if s.get("rank", 0) == 0]
+        steps = [s for s in (run.steps[-STEP_WINDOW:] if run else []) if s.get("rank", 0) == 0]
         if not steps:
             plt.title("step time (ms): no steps yet")
             self.refresh()
@@ -157,7 +172,7 @@ class GpuChart(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        samples = run.gpu if run else []
+        samples = run.gpu[-GPU_WINDOW:] if run else []
         if not samples:
             plt.title("GPU: no samples")
             self.refresh()

@@ -1,0 +1,142 @@
+"""The monitor: driven by a real sweep through App.run_test(), and snapshots of recorded events."""
+
+import asyncio
+import csv
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import pytest
+
+from tracetui.config import SweepConfig, validate
+from tracetui.runner.sweep import Sweep
+from tracetui.store import read_events
+from tracetui.tui.app import TraceApp
+from tracetui.tui.sources import ReplaySource, SweepSource
+from tracetui.tui.widgets import RunList, SummaryTable
+
+DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
+
+
+def recorded(until_step_of: str | None = None, step: int = 0):
+    """Events recorded on the H200; optionally cut in the middle of one split's run."""
+    events = read_events([DATA]).events
+    if until_step_of is None:
+        return events
+    out = []
+    for e in events:
+        out.append(e)
+        if e["type"] == "step" and e["run_id"].endswith(until_step_of) and e["step"] == step:
+            break
+    return out
+
+
+async def _wait(pilot, predicate, timeout):
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.25)
+
+
+@pytest.mark.slow
+def test_live_sweep_in_app(tmp_path):
+    cfg = SweepConfig(splits="1x4,2x2,4x1", steps=4, warmup=1, seq_len=64, runs_dir=str(tmp_path / "runs"))
+    sweep = Sweep(cfg, validate(cfg))
+    out = tmp_path / "live.csv"
+    app = TraceApp(SweepSource(sweep), out_path=str(out),
+                   planned=[(s.run_id, s.label) for s in sweep.plan], screenshot_dir=str(tmp_path))
+    statuses_seen = set()
+
+    async def drive():
+        async with app.run_test(size=(100, 30)) as pilot:
+            runs = app.query_one(RunList)
+            # every planned run is listed from the start, queued
+            assert runs.row_count == 3
+            first = str(runs.get_cell_at((0, 1)))
+            assert first in ("queued", "warming up", "running")
+
+            def done():
+                statuses_seen.update(r.status for r in app.results.runs.values())
+                return (len(app.results.runs) == 3
+                        and all(r.status == "ok" for r in app.results.runs.values()))
+
+            await _wait(pilot, done, 240)
+            await pilot.pause(0.5)
+            assert app.query_one(SummaryTable).row_count == 3
+            assert "faster than" in str(app.query_one("#verdict").render()) or "no clear difference" in str(
+                app.query_one("#verdict").render())
+            await pilot.press("e")
+            await pilot.pause(0.2)
+            rows = list(csv.DictReader(open(out)))
+            assert [r["status"] for r in rows] == ["ok", "ok", "ok"]
+            await pilot.press("s")
+            await pilot.pause(0.2)
+            assert list(tmp_path.glob("*.svg"))
+            await pilot.press("q")
+            await pilot.pause(0.5)
+
+    asyncio.run(drive())
+    assert app.return_code == 0
+    assert "running" in statuses_seen or "ok" in statuses_seen
+    assert mp.active_children() == []
+
+
+@pytest.mark.slow
+def test_quit_mid_run_stops_workers_and_keeps_steps(tmp_path):
+    cfg = SweepConfig(splits="1x4,4x1", steps=200, warmup=1, seq_len=64, runs_dir=str(tmp_path / "runs"))
+    sweep = Sweep(cfg, validate(cfg))
+    out = tmp_path / "partial.csv"
+    app = TraceApp(SweepSource(sweep), out_path=str(out))
+
+    async def drive():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _wait(pilot, lambda: any(len(r.steps) >= 3 for r in app.results.runs.values()), 120)
+            await pilot.press("q")
+            await _wait(pilot, lambda: not app.is_running, 30)
+
+    asyncio.run(drive())
+    assert app.return_code == 130
+    assert mp.active_children() == []
+    on_disk = read_events([sweep.log.path]).events
+    steps = [e for e in on_disk if e["type"] == "step"]
+    assert len(steps) >= 3
+    failed = [e for e in on_disk if e["type"] == "run_failed"]
+    assert failed and failed[0]["kind"] == "interrupted"
+    assert out.exists()
+
+
+def test_replay_fills_table_and_verdict():
+    app = TraceApp(ReplaySource(recorded()))
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.1)
+            table = app.query_one(SummaryTable)
+            assert table.row_count == 3
+            verdict = str(app.query_one("#verdict").render())
+            assert "4x1 is 3.83x faster than 1x4" in verdict
+            await pilot.press("r")  # replay: nothing to rerun, says so, keeps running
+            await pilot.press("question_mark")
+            await pilot.pause(0.1)
+            assert app.screen.__class__.__name__ == "HelpScreen"
+            await pilot.press("escape")
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_snapshot_mid_sweep(snap_compare):
+    assert snap_compare(TraceApp(ReplaySource(recorded("2x2", 12))), terminal_size=(100, 32))
+
+
+def test_snapshot_final_table(snap_compare):
+    assert snap_compare(TraceApp(ReplaySource(recorded())), terminal_size=(100, 32))
+
+
+def test_snapshot_80x24(snap_compare):
+    assert snap_compare(TraceApp(ReplaySource(recorded())), terminal_size=(80, 24))
+
+
+def test_snapshot_help(snap_compare):
+    assert snap_compare(TraceApp(ReplaySource(recorded())), terminal_size=(80, 24), press=["question_mark"])

@@ -46,6 +46,26 @@ def bootstrap_medians(values: list[float], n: int = BOOTSTRAP, seed: int = 0) ->
     return np.median(arr[idx], axis=1).tolist()
 
 
+def order_stat_ci(values: list[float], z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free interval of the median from order statistics (ranks n/2 -+ z*sqrt(n)/2).
+
+    Costs one sort, no resampling: cheap enough to evaluate after every training step."""
+    xs = sorted(values)
+    n = len(xs)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half))
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return xs[lo], xs[hi]
+
+
+def confident(walls: list[float], pct: float) -> bool:
+    """True once the median's 95% interval half-width is under ``pct`` % of the median."""
+    if len(walls) < 2:
+        return False
+    lo, hi = order_stat_ci(walls)
+    return (hi - lo) / 2 <= pct / 100.0 * median(walls)
+
+
 def median_ci(boots: list[float], level: float = 0.95) -> tuple[float, float]:
     """Percentile-bootstrap interval of the median, from :func:`bootstrap_medians`."""
     a = (1 - level) / 2
@@ -215,6 +235,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         losses = [s["loss"] for s in (runs[-1].steps if runs else []) if s.get("loss") is not None]
         row["final_loss"] = losses[-1] if losses else None
         row["loss_curve"] = losses
+        row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
         rt = [r.finished.get("train_runtime_s") for r in runs if r.finished.get("train_runtime_s") is not None]
         row["train_runtime_s"] = sum(rt) / len(rt) if rt else None
         if project_steps and row.get("step_ms_median"):

@@ -74,6 +74,8 @@ class SweepConfig:
     runs_dir: str = "tracetui_runs"
     sample_hz: float = 10.0
     probe: bool = True
+    until_confident: float | None = None
+    min_steps: int = 10
 
     # ---- derived -------------------------------------------------------------------------
     def split_list(self) -> list[Split]:
@@ -166,6 +168,7 @@ _TYPES: dict[str, type] = {
     "lora_r": int, "lora_alpha": int, "lora_dropout": float, "lora_targets": str,
     "precision": str, "activation_checkpointing": bool, "lr": float, "seed": int, "device": str,
     "memory_limit": float, "runs_dir": str, "sample_hz": float, "probe": bool,
+    "until_confident": float, "min_steps": int,
 }
 
 
@@ -178,7 +181,7 @@ def from_mapping(values: dict[str, Any], base: SweepConfig | None = None) -> Swe
         if key not in known:
             raise ConfigError(raw_key, "is not a tracetui setting",
                               "see `tracetui --help` for the settings a config file may hold")
-        if value is None and key in ("max_micro_batch", "memory_limit"):
+        if value is None and key in ("max_micro_batch", "memory_limit", "until_confident"):
             setattr(cfg, key, None)
             continue
         if key == "effective_batch":
@@ -237,6 +240,15 @@ def validate(cfg: SweepConfig) -> list[Split]:
     if cfg.max_micro_batch is not None and cfg.max_micro_batch < 1:
         raise ConfigError("--max-micro-batch", f"must be at least 1, got {cfg.max_micro_batch}",
                           "give a positive whole number")
+    if cfg.until_confident is not None:
+        if not (0 < cfg.until_confident < 100):
+            raise ConfigError("--until-confident", f"{cfg.until_confident} is not a percentage in (0, 100)",
+                              "give e.g. 2 (stop once the median is known to within 2%)")
+        if cfg.min_steps < 2:
+            raise ConfigError("--min-steps", f"must be at least 2, got {cfg.min_steps}", "give e.g. 10")
+        if cfg.warmup + cfg.min_steps > cfg.steps:
+            raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
+                              "raise --steps (the most steps a split may take) or lower --min-steps")
     if not (0 < cfg.sample_hz <= 100):
         raise ConfigError("--sample-hz", f"{cfg.sample_hz} is outside (0, 100]", "give e.g. 10")
     if not cfg.lora_targets.strip():
@@ -385,6 +397,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-limit", default=S, metavar="GiB", help="cap the CUDA memory a run may take")
     g.add_argument("--runs-dir", default=S, help="where event logs go (default tracetui_runs)")
     g.add_argument("--sample-hz", default=S, help="GPU samples per second (default 10)")
+    g.add_argument("--until-confident", nargs="?", const=2.0, default=S, metavar="PCT",
+                   help="stop a split once its median step time is known to within PCT%% (default 2); "
+                        "--steps is then the most steps a split may take")
+    g.add_argument("--min-steps", default=S, help="measured steps before --until-confident may stop (default 10)")
     g.add_argument("--no-probe", dest="probe", action="store_false", default=S,
                    help="train without the probe's hooks (for overhead measurements)")
 

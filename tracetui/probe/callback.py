@@ -73,6 +73,9 @@ class Probe(TrainerCallback):
         self._measured_walls: list[float] = []
         self._logged_loss: dict[int, float] = {}
         self._attached = False
+        self.enabled = True
+        self._model = None
+        self._tail_params: list[Any] = []
         self.device = None
 
     # ---- attaching -----------------------------------------------------------------------
@@ -88,8 +91,8 @@ class Probe(TrainerCallback):
         self.device = device
         self.cuda = device.type == "cuda"
         self.clock = make_clock(self.cuda)
-        self._handles.append(model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
-        self._handles.append(model.register_forward_hook(self._fwd_post, with_kwargs=True))
+        self._model = model
+        self._hook_forward()
         # First optimizer step: learn the order in which gradients land, then keep hooks only
         # on the last few (the end of backward), so later steps pay for a handful of hooks.
         self._grad_order = []
@@ -97,12 +100,37 @@ class Probe(TrainerCallback):
             self._tail_handles.append(p.register_post_accumulate_grad_hook(self._learn_grad))
         self._attached = True
 
+    def _hook_forward(self) -> None:
+        self._handles.append(self._model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+        self._handles.append(self._model.register_forward_hook(self._fwd_post, with_kwargs=True))
+
     def detach(self) -> None:
         for h in self._handles + self._tail_handles:
             h.remove()
         self._handles.clear()
         self._tail_handles.clear()
         self._attached = False
+
+    def pause(self) -> None:
+        """Remove every hook and ignore callbacks until :meth:`resume` (call between steps).
+
+        Lets a benchmark switch the probe off and on inside one process to measure its cost."""
+        if not self.enabled:
+            return
+        for h in self._handles + self._tail_handles:
+            h.remove()
+        self._handles.clear()
+        self._tail_handles.clear()
+        self.enabled = False
+
+    def resume(self) -> None:
+        if self.enabled or self._model is None:
+            return
+        self._hook_forward()
+        for p in self._tail_params:
+            self._tail_handles.append(p.register_post_accumulate_grad_hook(self._tail_grad))
+        self._last_end = None  # the step after a pause starts a fresh timeline
+        self.enabled = True
 
     # ---- hooks -----------------------------------------------------------------------------
     # ``_state`` follows one micro-batch: idle -> fwd -> after_fwd -> bwd -> after_bwd.
@@ -169,6 +197,7 @@ class Probe(TrainerCallback):
             seen[id(p)] = p
         tail = list(seen.values())[-_TAIL_PARAMS:]
         self._tail = {id(p) for p in tail}
+        self._tail_params = tail
         for p in tail:
             self._tail_handles.append(p.register_post_accumulate_grad_hook(self._tail_grad))
 
@@ -179,7 +208,7 @@ class Probe(TrainerCallback):
         self.rank = getattr(args, "process_index", self.rank)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if self.clock is None:
+        if not self.enabled or self.clock is None:
             return
         if self._last_end is None:
             self._last_end = self.clock.mark("start")
@@ -207,7 +236,7 @@ class Probe(TrainerCallback):
             self._logged_loss[state.global_step] = float(logs["loss"])
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.clock is None or not self._marks:
+        if not self.enabled or self.clock is None or not self._marks:
             return
         torch = self._torch
         self._finish_learning()

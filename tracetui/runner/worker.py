@@ -168,17 +168,18 @@ def classify_failure(exc: BaseException, micro_batch: int) -> tuple[str, str]:
     return "error", f"{type(exc).__name__}: {text[:300]}"
 
 
-def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict) -> dict:
-    """Build model, data and a real TRL ``SFTTrainer`` with LoRA, and train ``cfg.steps`` steps."""
+def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, probe=None, callbacks=()):
+    """The model, the data and a real TRL ``SFTTrainer`` with LoRA, as a user would set it up.
+
+    ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the callbacks and
+    handed each micro-batch's loss; ``callbacks`` come before it."""
     import dataclasses
     import tempfile
 
-    import torch
     from peft import LoraConfig
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
-    from ..probe.callback import Probe
     from .sources import build_dataset, load_model, load_tokenizer
 
     set_seed(cfg.seed)
@@ -204,7 +205,6 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
         max_length=cfg.seq_len, dataset_text_field=cfg.text_field, packing=False, dataloader_num_workers=0,
         lr_scheduler_type="constant",
     )
-    probe = Probe(emit, run_id, warmup=cfg.warmup) if cfg.probe else None
 
     class ProbedSFTTrainer(SFTTrainer):
         """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
@@ -217,16 +217,31 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
             return loss
 
     set_seed(cfg.seed)
-    trainer = ProbedSFTTrainer(model=model, args=args, train_dataset=dataset,
-                               processing_class=tokenizer, peft_config=lora,
-                               callbacks=[probe] if probe is not None else None)
-    if probe is None:
-        trainer.add_callback(_UnprobedSteps(emit, run_id, cfg.warmup))
+    cbs = list(callbacks) + ([probe] if probe is not None else [])
+    return ProbedSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                            peft_config=lora, callbacks=cbs or None)
+
+
+def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict) -> dict:
+    """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``)."""
+    import torch
+
+    from ..probe.callback import Probe
+
+    stop = None
+    if cfg.until_confident is not None:
+        from ..analysis import confident
+
+        pct, least = cfg.until_confident, cfg.min_steps
+        stop = lambda walls: len(walls) >= least and confident(walls, pct)  # noqa: E731
+    probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
+    extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
+    trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra)
     result = trainer.train()
     metrics = dict(result.metrics)
     metrics["steps"] = trainer.state.global_step
     metrics["stopped_early"] = trainer.state.global_step < cfg.steps
-    del trainer, model
+    del trainer
     if device == "cuda":
         torch.cuda.empty_cache()
     return metrics

@@ -70,7 +70,9 @@ def _check_writable(path: str, flag: str) -> None:
         raise ConfigError(flag, f"{path} is not writable", "choose a path you can write")
 
 
-def load_config(ns) -> tuple[SweepConfig, list]:
+def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
+    """The validated config and its splits; ``deep`` also checks model, data and device (not
+    for ``sweep``, where the script owns those)."""
     cfg = from_args(ns)
     splits = validate(cfg)
     runs = Path(cfg.runs_dir)
@@ -87,25 +89,18 @@ def load_config(ns) -> tuple[SweepConfig, list]:
         _check_writable(_default_out(ns), "--output")
     if getattr(ns, "steps_csv", None):
         _check_writable(ns.steps_csv, "--steps-csv")
-    validate_deep(cfg)
+    if deep:
+        validate_deep(cfg)
     return cfg, splits
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "show":
-            from .commands import show_main
+        if argv and argv[0] in ("show", "watch", "sweep"):
+            from . import commands
 
-            return show_main(argv[1:])
-        if argv and argv[0] == "watch":
-            from .commands import watch_main
-
-            return watch_main(argv[1:])
-        if argv and argv[0] == "sweep":
-            from .commands import sweep_main
-
-            return sweep_main(argv[1:])
+            return getattr(commands, f"{argv[0]}_main")(argv[1:])
         ns = build_parser().parse_args(argv)
         cfg, splits = load_config(ns)
     except (UsageError, ConfigError) as exc:
@@ -123,20 +118,27 @@ def progress_printer(total_runs: int, steps: int):
     """Headless progress: one line per run start/end and per tenth of a run's steps."""
     from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
 
-    every = max(1, steps // 10)
-    state = {"n": 0}
+    state: dict = {"n": 0, "steps": {}}
 
     def on_event(e: dict) -> None:
         t = e["type"]
         label = e["run_id"].split("/", 1)[-1]
         if t == RUN_STARTED:
+            if e.get("rank", 0) != 0:
+                return
             state["n"] += 1
+            state["steps"][e["run_id"]] = steps or (e.get("config") or {}).get("steps") or 0
             env = e.get("env") or {}
             where = env.get("gpu_name") or "CPU"
-            sys.stderr.write(f"[{state['n']}/{total_runs}] {label}: started on {where} (pid {e.get('pid')})\n")
-        elif t == STEP and e.get("rank", 0) == 0 and (e["step"] % every == 0 or e["step"] == steps):
-            tag = " (warm-up)" if e["warmup"] else ""
-            sys.stderr.write(f"  {label}: step {e['step']}/{steps} {e['wall_ms']:.1f} ms{tag}\n")
+            of = f"/{total_runs}" if total_runs else ""
+            sys.stderr.write(f"[{state['n']}{of}] {label}: started on {where} (pid {e.get('pid')})\n")
+        elif t == STEP and e.get("rank", 0) == 0:
+            total = state["steps"].get(e["run_id"], steps)
+            every = max(1, total // 10)
+            if e["step"] % every == 0 or e["step"] == total:
+                tag = " (warm-up)" if e["warmup"] else ""
+                of = f"/{total}" if total else ""
+                sys.stderr.write(f"  {label}: step {e['step']}{of} {e['wall_ms']:.1f} ms{tag}\n")
         elif t == RUN_FINISHED:
             sys.stderr.write(f"  {label}: ok\n")
         elif t == RUN_FAILED:
@@ -167,18 +169,22 @@ def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str 
     return rows, None
 
 
-def run_headless(cfg: SweepConfig, splits: list, ns) -> int:
+def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
+    """Run ``sweep`` (default: a :class:`Sweep` of ``cfg``) with progress on stderr; write outputs."""
     from .analysis import Results, recommendation, verdict
     from .runner.sweep import Sweep
 
     results = Results()
-    printer = progress_printer(len(splits) * cfg.repeats, cfg.steps)
+    # A script sweep's step count is the script's own (it arrives with each run_started).
+    printer = progress_printer(len(splits) * cfg.repeats, cfg.steps if sweep is None else 0)
 
     def on_event(e: dict) -> None:
         results.add(e)
         printer(e)
 
-    sweep = Sweep(cfg, splits, on_event=on_event)
+    if sweep is None:
+        sweep = Sweep(cfg, splits)
+    sweep.on_event = on_event
     sys.stderr.write(f"tracetui: {len(sweep.plan)} run(s); events -> {sweep.log.path}\n")
     received = {}
 

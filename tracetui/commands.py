@@ -45,3 +45,100 @@ def show_main(argv: list[str]) -> int:
         if line:
             sys.stderr.write(f"tracetui: {line}\n")
     return EXIT_OK
+
+
+def _watch_parser() -> _Parser:
+    p = _Parser(prog="tracetui watch", description=(
+        "Listen for training scripts that use TraceCallback and show them live (several at once are "
+        "kept apart by run id). With --export, run headless until Ctrl-C, then write the summary."))
+    p.add_argument("--socket", default=None, help="UNIX socket path (default $TRACETUI_SOCKET or a per-user runtime folder)")
+    p.add_argument("--runs-dir", default="tracetui_runs", help="where the received events are logged")
+    _out_args(p)
+    return p
+
+
+def watch_main(argv: list[str]) -> int:
+    import signal
+    import threading
+
+    from .analysis import Results, recommendation, verdict
+    from .attach import ListenerError, SocketListener, default_socket_path
+    from .cli import progress_printer
+    from .runner.sweep import new_sweep_id
+    from .store import EventLog
+
+    ns = _watch_parser().parse_args(argv)
+    path = ns.socket or default_socket_path()
+    log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
+    if not ns.export:
+        from .tui.app import run_watch
+
+        return run_watch(path, log, ns)
+    results = Results()
+    printer = progress_printer(0, 0)
+
+    def on_event(e: dict) -> None:
+        log.append(e)
+        results.add(e)
+        printer(e)
+
+    try:
+        listener = SocketListener(path, on_event).start()
+    except ListenerError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stderr.write(f"tracetui: watching {path}; events -> {log.path}; Ctrl-C to stop and write the summary\n")
+    done = threading.Event()
+    old = {s: signal.signal(s, lambda *_: done.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        listener.close()
+        log.close()
+    if listener.dropped_total:
+        sys.stderr.write(f"tracetui: {listener.describe_drops()}\n")
+    rows, err = finish_outputs(results, ns, str(log.path))
+    if err:
+        sys.stderr.write(f"tracetui: error: {err}\n")
+        return EXIT_NONE_OK
+    for line in (verdict(rows), recommendation(rows)):
+        if line:
+            sys.stderr.write(f"tracetui: {line}\n")
+    return EXIT_OK
+
+
+def _sweep_parser() -> _Parser:
+    from .config import add_arguments
+
+    p = _Parser(prog="tracetui sweep", description=(
+        "Run an unmodified HF/TRL training script once per split: tracetui sets "
+        "--per_device_train_batch_size and --gradient_accumulation_steps and attaches its probe. "
+        "Usage: tracetui sweep --splits 1x4,2x2,4x1 -- python train.py ARGS"))
+    add_arguments(p)
+    _out_args(p)
+    return p
+
+
+def sweep_main(argv: list[str]) -> int:
+    from .cli import load_config, run_headless
+    from .config import ConfigError
+    from .runner.script import ScriptSweep, check_command
+
+    if "--" not in argv:
+        raise UsageError("sweep: give the training command after --, e.g. tracetui sweep -- python train.py")
+    i = argv.index("--")
+    own, cmd = argv[:i], argv[i + 1:]
+    ns = _sweep_parser().parse_args(own)
+    try:
+        check_command(cmd)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    cfg, splits = load_config(ns, deep=False)
+    sweep = ScriptSweep(cfg, splits, cmd)
+    if ns.export:
+        return run_headless(cfg, splits, ns, sweep=sweep)
+    from .tui.app import run_app
+
+    return run_app(cfg, splits, ns, sweep=sweep)

@@ -19,7 +19,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ..analysis import Results, summarise
 from ..config import parse_split
-from .sources import Inbox, ReplaySource, Source, SweepSource
+from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import phase_legend, GpuChart, GpuStatus, PhaseChart, RunList, StepChart, SummaryTable, ThroughputChart, Verdict
 
 REFRESH_HZ = 4.0
@@ -119,6 +119,8 @@ class TraceApp(App):
 
     def _tick(self) -> None:
         self.apply_events()
+        if isinstance(self.source, WatchSource):
+            self.sub_title = self.source.describe()
         if self._dirty:
             self.redraw()
 
@@ -214,6 +216,7 @@ class TraceApp(App):
             self.source.stop()
             self._finish_quit()
         else:
+            self.source.stop()
             self._write_and_exit()
 
     @work(thread=True, exclusive=True, exit_on_error=False)
@@ -231,11 +234,12 @@ class TraceApp(App):
         self.exit(return_code=self.exit_code)
 
 
-def run_app(cfg, splits, ns) -> int:
+def run_app(cfg, splits, ns, sweep=None) -> int:
     """Open the monitor on a new sweep; after it closes, say where everything is."""
     from ..runner.sweep import Sweep
 
-    sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
+    if sweep is None:
+        sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
     out = ns.output or "tracetui_results.csv"
     planned = [(s.run_id, s.label) for s in sweep.plan]
     app = TraceApp(SweepSource(sweep), out_path=out, planned=planned,
@@ -260,4 +264,23 @@ def run_replay(events: list[dict], ns, skipped: str = "") -> int:
     app = TraceApp(ReplaySource(events), out_path=ns.output or "tracetui_results.csv",
                    subtitle="replay", note=skipped, project_steps=getattr(ns, "project_steps", None))
     app.run()
+    return 0
+
+
+def run_watch(path: str, log, ns) -> int:
+    """Open the monitor on scripts attaching to ``path``; on quit, write the CSV."""
+    from ..attach import ListenerError, prepare_socket_path
+
+    try:
+        prepare_socket_path(path)  # refuse a live watcher before the screen opens
+    except ListenerError as exc:
+        sys.stderr.write(f"tracetui: error: {exc}\n")
+        return 2
+    source = WatchSource(path, log)
+    app = TraceApp(source, out_path=ns.output or "tracetui_results.csv", subtitle=f"watching {path}",
+                   project_steps=getattr(ns, "project_steps", None))
+    app.run()
+    log.close()
+    app.write_csv()
+    sys.stderr.write(f"tracetui: events in {log.path}; summary in {app.out_path}\n")
     return 0

@@ -116,3 +116,31 @@ class SweepSource(Source):
 
     def describe(self) -> str:
         return str(self.sweep.log.path)
+
+
+class WatchSource(Source):
+    """Scripts attached through :class:`~tracetui.attach.TraceCallback`, over a socket."""
+
+    live = False
+
+    def __init__(self, path: str, log) -> None:
+        self.path = path
+        self.log = log
+        self.listener = None
+
+    def start(self, inbox: Inbox) -> None:
+        from ..attach import SocketListener
+
+        def on_event(e: dict) -> None:
+            self.log.append(e)
+            inbox.put(e)
+
+        self.listener = SocketListener(self.path, on_event).start()
+
+    def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+
+    def describe(self) -> str:
+        drops = self.listener.describe_drops() if self.listener else ""
+        return f"watching {self.path}" + (f" · {drops}" if drops else "")

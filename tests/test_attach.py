@@ -1,0 +1,191 @@
+"""Attach mode with real processes: the example script with TraceCallback, a real watcher, the
+listener killed mid-run, `show` on two logs, `sweep` over a script, and an abused socket."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tracetui.attach import ListenerError, SocketListener
+from tracetui.events import make
+from tracetui.store import read_events
+
+from .conftest import ROOT, read_csv, run_cli
+
+EXAMPLE = ROOT / "examples" / "train_lora.py"
+DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
+
+
+def _script(*args, env=None, **kw):
+    full = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.Popen([sys.executable, str(EXAMPLE), *map(str, args)], env=full, cwd=kw.get("cwd"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _watch(sock, out, runs, cwd):
+    return subprocess.Popen([sys.executable, "-m", "tracetui", "watch", "--socket", str(sock), "--export", "csv",
+                             "-o", str(out), "--runs-dir", str(runs)], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _wait_for(pred, timeout=60):
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_script_with_callback_reports_to_watch(tmp_path):
+    sock = tmp_path / "sock" / "w.sock"
+    watch = _watch(sock, tmp_path / "w.csv", tmp_path / "runs", tmp_path)
+    _wait_for(sock.exists, 30)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    script = _script("--max_steps", 8, env={"TRACETUI_SOCKET": str(sock)}, cwd=tmp_path)
+    out, _ = script.communicate(timeout=300)
+    assert script.returncode == 0, out
+    assert "events kept in" not in out  # a watcher was listening
+    watch.send_signal(signal.SIGINT)
+    _, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    rows = read_csv(tmp_path / "w.csv")
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and rows[0]["split"] == "2x2"
+    assert int(rows[0]["steps_measured"]) == 5
+    events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
+    assert sum(e["type"] == "step" for e in events) == 8
+    assert not sock.exists()  # the watcher cleans up its socket
+
+
+@pytest.mark.slow
+def test_listener_killed_mid_run_script_finishes_jsonl_complete(tmp_path):
+    sock = tmp_path / "sock" / "w.sock"
+    runs = tmp_path / "runs"
+    watch = _watch(sock, tmp_path / "w.csv", runs, tmp_path)
+    _wait_for(sock.exists, 30)
+    script = _script("--max_steps", 25, env={"TRACETUI_SOCKET": str(sock)}, cwd=tmp_path)
+
+    def steps_seen():
+        logs = list(runs.glob("*/events.jsonl"))
+        return bool(logs) and logs[0].read_text().count('"type":"step"') >= 3
+
+    _wait_for(steps_seen, 120)
+    watch.kill()  # the listener goes away mid-run
+    watch.wait()
+    out, _ = script.communicate(timeout=300)
+    assert script.returncode == 0, out
+    assert "events kept in" in out
+    path = out.split("events kept in ", 1)[1].split()[0]
+    events = read_events([tmp_path / path]).events
+    types = [e["type"] for e in events]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    assert [e["step"] for e in events if e["type"] == "step"] == list(range(1, 26))
+
+
+def test_show_two_logs_side_by_side(tmp_path, tiny_sweep):
+    out = tmp_path / "both.csv"
+    proc = run_cli("show", DATA, tiny_sweep["jsonl"], "--export", "csv", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_csv(out)
+    assert {r["machine"] for r in rows} == {"NVIDIA H200", "CPU"}
+    assert len(rows) == 6
+    h200 = {r["split"]: r for r in rows if r["machine"] == "NVIDIA H200"}
+    assert float(h200["4x1"]["speedup_vs_slowest"]) == pytest.approx(3.83, abs=0.01)
+    assert "on NVIDIA H200" in proc.stderr and "on CPU" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sweep_runs_unmodified_script_per_split(tmp_path):
+    out = tmp_path / "s.csv"
+    proc = run_cli("sweep", "--splits", "1x4,2x2,4x1", "--warmup", 2, "--export", "csv", "-o", out,
+                   "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 6,
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = read_csv(out)
+    assert [(r["split"], r["status"], r["steps_measured"]) for r in rows] == [
+        ("1x4", "ok", "4"), ("2x2", "ok", "4"), ("4x1", "ok", "4")]
+
+
+def test_sweep_refuses_fixed_split_flags():
+    proc = run_cli("sweep", "--splits", "1x4", "--", sys.executable, EXAMPLE, "--gradient_accumulation_steps=4")
+    assert proc.returncode == 2
+    assert "already sets --gradient_accumulation_steps" in proc.stderr
+
+
+def _event(run="r1", step=1):
+    return make("step", run, step=step, warmup=False, wall_ms=10.0, host_ms=10.0, data_ms=1.0, forward_ms=[4.0],
+                backward_ms=[4.0], optimizer_ms=1.0, other_ms=0.0)
+
+
+def test_socket_drops_and_counts_garbage_and_stays_responsive(tmp_path):
+    got = []
+    path = str(tmp_path / "d" / "w.sock")
+    listener = SocketListener(path, got.append).start()
+    try:
+        # half-open and silent clients must not block anyone
+        idle = [socket.socket(socket.AF_UNIX) for _ in range(20)]
+        for s in idle:
+            s.connect(path)
+        stalled = socket.socket(socket.AF_UNIX)
+        stalled.connect(path)
+        stalled.sendall(b'{"v": 1, "type": "step", "run_id": "half')  # never finished
+        bad = socket.socket(socket.AF_UNIX)
+        bad.connect(path)
+        bad.sendall(b"not json at all\n")
+        bad.sendall(b"\xff\xfe\x00garbage\n")
+        bad.sendall(json.dumps({"v": 1, "type": "step", "run_id": "x", "t": 1}).encode() + b"\n")  # schema
+        bad.sendall(json.dumps({"v": 99, "type": "step"}).encode() + b"\n")  # unknown version
+        bad.sendall(b'{"pad": "' + b"x" * 200_000 + b'"}\n')  # oversized
+        # a flood from several clients at once
+        def flood(i):
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(path)
+            payload = b"".join(json.dumps(_event(f"flood{i}", k)).encode() + b"\n" for k in range(1, 501))
+            c.sendall(payload + b"junk\n" * 100)
+            c.close()
+
+        threads = [threading.Thread(target=flood, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # a good client is still served promptly
+        good = socket.socket(socket.AF_UNIX)
+        good.connect(path)
+        good.sendall(json.dumps(_event("good")).encode() + b"\n")
+        _wait_for(lambda: any(e["run_id"] == "good" for e in got), 10)
+        _wait_for(lambda: listener.accepted == 5 * 500 + 1, 10)
+        _wait_for(lambda: listener.dropped.get("invalid JSON", 0) == 2 + 5 * 100, 10)
+        assert listener.dropped["schema mismatch"] == 2
+        assert listener.dropped["oversized line"] == 1
+        for s in idle + [stalled, bad, good]:
+            s.close()
+        _wait_for(lambda: listener.dropped.get("unterminated line", 0) == 1, 10)
+        assert "dropped" in listener.describe_drops()
+    finally:
+        listener.close()
+
+
+def test_stale_socket_replaced_live_one_not_stolen(tmp_path):
+    path = str(tmp_path / "d" / "w.sock")
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # a watcher that died left its socket file behind
+    first = SocketListener(path, lambda e: None).start()
+    try:
+        with pytest.raises(ListenerError, match="another tracetui watch is listening"):
+            SocketListener(path, lambda e: None)
+        proc = run_cli("watch", "--socket", path, "--export", "csv")
+        assert proc.returncode == 2 and "another tracetui watch is listening" in proc.stderr
+    finally:
+        first.close()

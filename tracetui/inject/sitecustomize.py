@@ -1,0 +1,64 @@
+"""Loaded through PYTHONPATH by ``tracetui sweep``: adds a TraceCallback to every transformers
+``Trainer`` the unmodified training script builds, then runs any sitecustomize it shadows."""
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _patch_trainer(module) -> None:
+    trainer_cls = getattr(module, "Trainer", None)
+    if trainer_cls is None or getattr(trainer_cls, "_tracetui_patched", False):
+        return
+    original = trainer_cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        try:
+            from tracetui.attach import TraceCallback
+
+            if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
+                self.add_callback(TraceCallback())
+        except Exception as exc:  # noqa: BLE001 - measuring must never stop training
+            sys.stderr.write(f"tracetui: could not attach the probe ({exc}); training goes on unmeasured\n")
+
+    trainer_cls.__init__ = __init__
+    trainer_cls._tracetui_patched = True
+
+
+class _TrainerFinder(importlib.abc.MetaPathFinder):
+    """Patches ``transformers.trainer`` right after it is first imported."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "transformers.trainer":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch_trainer(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+if os.environ.get("TRACETUI_SOCKET"):
+    sys.meta_path.insert(0, _TrainerFinder())
+
+# Chain to the sitecustomize this file shadows, if there is one.
+_rest = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
+if _spec is not None and _spec.origin and os.path.dirname(os.path.abspath(_spec.origin)) != _HERE:
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)

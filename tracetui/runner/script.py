@@ -1,0 +1,157 @@
+"""``tracetui sweep -- python train.py ARGS``: run an unmodified HF/TRL script once per split.
+
+Each run appends ``--per_device_train_batch_size MB --gradient_accumulation_steps GA`` (the
+``HfArgumentParser``/``TrlParser`` flag names) and puts :mod:`tracetui.inject` on the script's
+``PYTHONPATH``, whose ``sitecustomize`` adds a ``TraceCallback`` to the script's ``Trainer``. The
+callback reports to this sweep's own socket, so the events take the same path as a sweep's.
+Offers the same interface as :class:`~tracetui.runner.sweep.Sweep` to the TUI and headless mode.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..config import ConfigError, Split, SweepConfig
+from ..events import RUN_FAILED, RUN_FINISHED, make
+from ..store import EventLog
+from .sweep import RunSpec, interleave, new_sweep_id
+
+SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
+
+
+def check_command(cmd: list[str]) -> None:
+    """Refuse a command line that already fixes what the sweep sets per split."""
+    if not cmd:
+        raise ConfigError("sweep", "no training command given", "write it after --, e.g. -- python train.py")
+    for arg in cmd:
+        flag = arg.split("=", 1)[0]
+        for name in SPLIT_FLAGS:
+            if flag in (name, name.replace("_", "-")):
+                raise ConfigError("sweep", f"the script's command line already sets {flag}",
+                                  "remove it: tracetui sets it for each split")
+
+
+class ScriptSweep:
+    def __init__(self, cfg: SweepConfig, splits: list[Split], cmd: list[str],
+                 on_event: Callable[[dict], None] | None = None):
+        from ..attach import SocketListener
+
+        check_command(cmd)
+        self.cfg = cfg
+        self.cmd = cmd
+        self.on_event = on_event
+        self.sweep_id = new_sweep_id()
+        self.dir = Path(cfg.runs_dir) / self.sweep_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log = EventLog(self.dir / "events.jsonl")
+        self.plan = [RunSpec(f"{self.sweep_id}/{s.label}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
+                     for s, r in interleave(splits, cfg.repeats)]
+        # A private socket: its folder is made 0700 by the listener.
+        self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
+        self.socket_path = os.path.join(self._sockdir, "sweep.sock")
+        self._lock = threading.Lock()
+        self._final: dict[str, str] = {}
+        self.listener = SocketListener(self.socket_path, self._emit).start()
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen | None = None
+        self.interrupted = False
+        self.outcomes: dict[str, str] = {}
+
+    def _emit(self, event: dict) -> None:
+        with self._lock:
+            if event["type"] in (RUN_FINISHED, RUN_FAILED) and event.get("rank", 0) == 0:
+                self._final[event["run_id"]] = "ok" if event["type"] == RUN_FINISHED else event["kind"]
+            self.log.append(event)
+            if self.on_event is not None:
+                self.on_event(event)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def current_pid(self) -> int | None:
+        p = self._proc
+        return p.pid if p is not None and p.poll() is None else None
+
+    def run(self, only: list[RunSpec] | None = None) -> dict[str, str]:
+        for spec in (only or self.plan):
+            if self._stop.is_set():
+                break
+            self.outcomes[spec.run_id] = self._run_one(spec)
+        self.interrupted = self._stop.is_set()
+        return self.outcomes
+
+    def rerun(self, split: Split) -> str:
+        n = sum(1 for s in self.plan if s.split == split)
+        spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n)
+        self.plan.append(spec)
+        self._stop.clear()
+        self.outcomes[spec.run_id] = self._run_one(spec)
+        return self.outcomes[spec.run_id]
+
+    def _run_one(self, spec: RunSpec) -> str:
+        inject = str(Path(__file__).resolve().parent.parent / "inject")
+        pkg_root = str(Path(__file__).resolve().parent.parent.parent)
+        env = dict(os.environ, TRACETUI_SOCKET=self.socket_path, TRACETUI_RUN_ID=spec.run_id,
+                   TRACETUI_WARMUP=str(self.cfg.warmup), PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join([inject, pkg_root] + ([os.environ["PYTHONPATH"]]
+                                                                    if os.environ.get("PYTHONPATH") else [])))
+        cmd = self.cmd + [SPLIT_FLAGS[0], str(spec.split.micro_batch), SPLIT_FLAGS[1], str(spec.split.grad_accum)]
+        log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
+        with open(log_path, "w") as log:
+            self._proc = proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True)
+            term_at = None
+            while proc.poll() is None:
+                if self._stop.is_set() and term_at is None:
+                    term_at = time.monotonic()
+                    os.killpg(proc.pid, signal.SIGTERM)
+                if term_at is not None and time.monotonic() - term_at > 10:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                time.sleep(0.1)
+        self._proc = None
+        time.sleep(0.3)  # let the listener read the last lines
+        with self._lock:
+            final = self._final.get(spec.run_id)
+        if final is not None:
+            return final
+        code = proc.returncode
+        tail = _tail(log_path)
+        if self._stop.is_set():
+            kind, msg = "interrupted", "stopped by the sweep"
+        elif re.search(r"OutOfMemoryError|CUDA out of memory", tail):
+            kind, msg = "oom", f"out of memory at micro-batch {spec.split.micro_batch} (see {log_path})"
+        elif code == 0:
+            kind, msg = "error", "the script finished but no Trainer reported: does it train with transformers' Trainer?"
+        elif code is not None and code < 0:
+            kind, msg = "crashed", f"killed by {signal.Signals(-code).name}; its log: {log_path}"
+        else:
+            last = tail.strip().splitlines()[-1] if tail.strip() else ""
+            kind, msg = "error", f"exited with status {code}: {last[:200]} (log: {log_path})"
+        self._emit(make(RUN_FAILED, spec.run_id, kind=kind, message=msg))
+        return kind
+
+    def close(self) -> None:
+        self.listener.close()
+        self.log.close()
+        try:
+            os.rmdir(self._sockdir)
+        except OSError:
+            pass
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - n))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

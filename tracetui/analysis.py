@@ -184,8 +184,9 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         if not run.started:
             continue
         s = run.started
-        key = (run.machine, s.get("effective_batch", s["micro_batch"] * s["grad_accum"]) * s.get("world_size", 1),
-               s["micro_batch"], s["grad_accum"], s.get("world_size", 1))
+        ws = s.get("world_size", 1)
+        key = (run.machine, s.get("effective_batch") or s["micro_batch"] * s["grad_accum"] * ws,
+               s["micro_batch"], s["grad_accum"], ws)
         groups.setdefault(key, []).append(run)
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
@@ -223,6 +224,10 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
                 per_run = [median([s["wall_ms"] for s in r.measured()]) for r in runs if r.measured()]
                 if len(per_run) > 1:
                     row["repeat_spread_pct"] = 100.0 * (max(per_run) - min(per_run)) / median(per_run)
+        gpus = sorted({r.started.get("gpu") for r in runs if r.started.get("gpu") is not None})
+        row["gpus"] = ",".join(str(g) for g in gpus) or None
+        if ws > 1:
+            _add_ranks(row, runs)
         gpu = [g for r in runs for g in _window_gpu(r, r.measured())]
         row["gpu_util_mean"] = sum(g["util"] for g in gpu) / len(gpu) if gpu else None
         peaks = [s["peak_mem_gib"] for s in measured if s.get("peak_mem_gib") is not None]
@@ -249,6 +254,26 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
     for row in rows:
         row.pop("loss_curve", None)
     return rows
+
+
+def _add_ranks(row: dict, runs: list[RunData]) -> None:
+    """Data-parallel columns: the estimated all-reduce time, and how far the slowest rank's
+    compute (forward + backward outside the synchronising micro-batch) lags the fastest."""
+    steps = [s for r in runs for s in r.steps if not s.get("warmup")]
+    comm = [s["comm_est_ms"] for s in steps if s.get("rank", 0) == 0 and s.get("comm_est_ms") is not None]
+    row["comm_ms"] = median(comm) if comm else None
+    sync = [s["backward_sync_ms"] for s in steps if s.get("rank", 0) == 0 and s.get("backward_sync_ms") is not None]
+    row["backward_sync_ms"] = median(sync) if sync else None
+    per_rank: dict[int, list[float]] = {}
+    for s in steps:
+        work = sum(s.get("forward_ms") or []) + (s.get("backward_nosync_ms") or 0.0)
+        per_rank.setdefault(s.get("rank", 0), []).append(work)
+    meds = {r: median(v) for r, v in per_rank.items() if v}
+    row["ranks"] = len(meds)
+    if len(meds) > 1 and min(meds.values()) > 0:
+        slow = max(meds, key=meds.get)
+        row["slowest_rank"] = slow
+        row["rank_spread_pct"] = 100.0 * (meds[slow] - min(meds.values())) / min(meds.values())
 
 
 def _energy_per_step(runs: list[RunData], step_ms: float | None) -> float | None:

@@ -107,11 +107,16 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted before any run started", EXIT_INTERRUPTED)
+    sweep = None
+    if cfg.world_size > 1:
+        from .runner.script import DdpSweep
+
+        sweep = DdpSweep(cfg, splits)
     if ns.export:
-        return run_headless(cfg, splits, ns)
+        return run_headless(cfg, splits, ns, sweep=sweep)
     from .tui.app import run_app
 
-    return run_app(cfg, splits, ns)
+    return run_app(cfg, splits, ns, sweep=sweep)
 
 
 def progress_printer(total_runs: int, steps: int):
@@ -139,7 +144,7 @@ def progress_printer(total_runs: int, steps: int):
                 tag = " (warm-up)" if e["warmup"] else ""
                 of = f"/{total}" if total else ""
                 sys.stderr.write(f"  {label}: step {e['step']}{of} {e['wall_ms']:.1f} ms{tag}\n")
-        elif t == RUN_FINISHED:
+        elif t == RUN_FINISHED and e.get("rank", 0) == 0:
             sys.stderr.write(f"  {label}: ok\n")
         elif t == RUN_FAILED:
             sys.stderr.write(f"  {label}: {e['kind']}: {e['message']}\n")
@@ -176,7 +181,7 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
     results = Results()
     # A script sweep's step count is the script's own (it arrives with each run_started).
-    printer = progress_printer(len(splits) * cfg.repeats, cfg.steps if sweep is None else 0)
+    printer = progress_printer(len(splits) * cfg.repeats, 0 if getattr(sweep, "cmd", None) else cfg.steps)
 
     def on_event(e: dict) -> None:
         results.add(e)
@@ -185,6 +190,8 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
     if sweep is None:
         sweep = Sweep(cfg, splits)
     sweep.on_event = on_event
+    for w in sweep.warnings:
+        sys.stderr.write(f"tracetui: warning: {w}\n")
     sys.stderr.write(f"tracetui: {len(sweep.plan)} run(s); events -> {sweep.log.path}\n")
     received = {}
 

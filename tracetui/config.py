@@ -76,17 +76,32 @@ class SweepConfig:
     probe: bool = True
     until_confident: float | None = None
     min_steps: int = 10
+    gpus: str = ""
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
 
     # ---- derived -------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def gpu_list(self) -> list[int]:
+        return [int(g) for g in self.gpus.split(",") if g.strip()] if self.gpus.strip() else []
+
     def split_list(self) -> list[Split]:
         """Every split to run, in the order given (``auto`` = all divisor pairs, smallest
-        micro-batch first), for every effective batch."""
+        micro-batch first), for every effective batch. Under data parallelism a split is per
+        rank: micro-batch x accumulation x world size makes the (global) effective batch."""
         out: list[Split] = []
+        ws = self.world_size
         if self.splits == "auto":
             for eb in self.effective_batch:
-                for mb in range(1, eb + 1):
-                    if eb % mb == 0 and (self.max_micro_batch is None or mb <= self.max_micro_batch):
-                        out.append(Split(mb, eb // mb))
+                per_rank = eb // ws if eb % ws == 0 else 0
+                for mb in range(1, per_rank + 1):
+                    if per_rank % mb == 0 and (self.max_micro_batch is None or mb <= self.max_micro_batch):
+                        out.append(Split(mb, per_rank // mb))
         else:
             out = [parse_split(s) for s in self.splits.split(",") if s.strip()]
         return out
@@ -168,7 +183,8 @@ _TYPES: dict[str, type] = {
     "lora_r": int, "lora_alpha": int, "lora_dropout": float, "lora_targets": str,
     "precision": str, "activation_checkpointing": bool, "lr": float, "seed": int, "device": str,
     "memory_limit": float, "runs_dir": str, "sample_hz": float, "probe": bool,
-    "until_confident": float, "min_steps": int,
+    "until_confident": float, "min_steps": int, "gpus": str, "nproc_per_node": int, "nnodes": int,
+    "node_rank": int, "rdzv_endpoint": str,
 }
 
 
@@ -255,7 +271,29 @@ def validate(cfg: SweepConfig) -> list[Split]:
         raise ConfigError("--lora-targets", "is empty", "give all-linear or e.g. q_proj,v_proj")
     if not cfg.text_field.strip():
         raise ConfigError("--text-field", "is empty", "name the column that holds the text")
+    for name in ("nproc_per_node", "nnodes"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError("--" + name.replace("_", "-"), f"must be at least 1, got {getattr(cfg, name)}",
+                              "give a positive whole number")
+    if not 0 <= cfg.node_rank < cfg.nnodes:
+        raise ConfigError("--node-rank", f"{cfg.node_rank} is not below --nnodes {cfg.nnodes}", "give 0 .. nnodes-1")
+    if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
+        raise ConfigError("--rdzv-endpoint", "is needed with --nnodes above 1", "give HOST:PORT of the rendezvous")
+    try:
+        gpus = cfg.gpu_list()
+    except ValueError:
+        raise ConfigError("--gpus", f"{cfg.gpus!r} is not a list of GPU indices", "give e.g. 0,1") from None
+    if len(set(gpus)) != len(gpus) or any(g < 0 for g in gpus):
+        raise ConfigError("--gpus", f"{cfg.gpus!r} repeats or has a negative index", "give each GPU once, e.g. 0,1")
+    if gpus and cfg.device == "cpu":
+        raise ConfigError("--gpus", "runs splits on GPUs, but --device is cpu", "drop one of them")
+    if gpus and cfg.world_size > 1 and len(gpus) < cfg.nproc_per_node:
+        raise ConfigError("--gpus", f"lists {len(gpus)} GPU(s) for --nproc-per-node {cfg.nproc_per_node}",
+                          "list at least one GPU per process")
     for eb in cfg.effective_batch:
+        if cfg.world_size > 1 and eb % cfg.world_size:
+            raise ConfigError("--effective-batch", f"{eb} is not divisible by the world size {cfg.world_size}",
+                              "give a multiple of --nproc-per-node x --nnodes")
         if eb < 1:
             raise ConfigError("--effective-batch", f"must be at least 1, got {eb}", "give e.g. 4")
         if eb > 65536:
@@ -268,10 +306,12 @@ def validate(cfg: SweepConfig) -> list[Split]:
                           "raise --max-micro-batch or give --splits")
     allowed = set(cfg.effective_batch)
     seen = set()
+    ws = cfg.world_size
     for s in splits:
-        if s.effective_batch not in allowed:
+        if s.effective_batch * ws not in allowed:
             want = ", ".join(str(e) for e in sorted(allowed))
-            raise ConfigError("--splits", f"{s.label} multiplies to {s.effective_batch}, not an effective batch ({want})",
+            times = f" x {ws} ranks" if ws > 1 else ""
+            raise ConfigError("--splits", f"{s.label}{times} multiplies to {s.effective_batch * ws}, not an effective batch ({want})",
                               "give splits whose product is an --effective-batch, or add it there")
         if s in seen:
             raise ConfigError("--splits", f"{s.label} is listed twice", "give each split once")
@@ -333,6 +373,13 @@ def validate_deep(cfg: SweepConfig) -> None:
         ds = load_text_dataset(cfg)  # raises ConfigError with a precise message
         if len(ds) == 0:
             raise ConfigError("--dataset", f"{cfg.dataset} has no rows", "give a data set with text in it")
+    gpus = cfg.gpu_list()
+    if gpus:
+        count = gpu_count()
+        bad = [g for g in gpus if g >= count]
+        if bad:
+            raise ConfigError("--gpus", f"GPU {bad[0]} does not exist (this machine has {count})",
+                              "list indices below that (nvidia-smi shows them)")
     if cfg.device.startswith("cuda"):
         import torch
 
@@ -351,6 +398,22 @@ def validate_deep(cfg: SweepConfig) -> None:
     if cfg.memory_limit is not None and resolve_device(cfg) == "cpu":
         raise ConfigError("--memory-limit", "caps CUDA memory, but this sweep runs on the CPU",
                           "drop --memory-limit or run on a GPU")
+
+
+def gpu_count() -> int:
+    """GPUs on this machine, without initialising CUDA in this process (NVML, else torch)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - no NVML: ask torch
+        try:
+            import torch
+
+            return torch.cuda.device_count()
+        except ImportError:
+            return 0
 
 
 def resolve_device(cfg: SweepConfig) -> str:
@@ -401,6 +464,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="stop a split once its median step time is known to within PCT%% (default 2); "
                         "--steps is then the most steps a split may take")
     g.add_argument("--min-steps", default=S, help="measured steps before --until-confident may stop (default 10)")
+    g.add_argument("--gpus", default=S, metavar="0,1,...",
+                   help="run different splits at the same time, one run per GPU")
+    g.add_argument("--nproc-per-node", default=S, metavar="N",
+                   help="launch each run with torchrun as DDP over N processes; a split is then MICRO x ACCUM x world")
+    g.add_argument("--nnodes", default=S, help="torchrun: number of machines (default 1)")
+    g.add_argument("--node-rank", default=S, help="torchrun: this machine's rank")
+    g.add_argument("--rdzv-endpoint", default=S, metavar="HOST:PORT", help="torchrun: rendezvous endpoint")
     g.add_argument("--no-probe", dest="probe", action="store_false", default=S,
                    help="train without the probe's hooks (for overhead measurements)")
 

@@ -11,12 +11,13 @@ from typing import Any
 from .analysis import Results, recommendation, summarise, verdict
 
 SUMMARY_COLUMNS = [
-    "machine", "effective_batch", "micro_batch", "grad_accum", "world_size", "split", "status", "runs",
+    "machine", "gpus", "effective_batch", "micro_batch", "grad_accum", "world_size", "split", "status", "runs",
     "steps_measured", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_ci_low", "step_ms_ci_high",
     "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms", "tokens_per_s", "samples_per_s",
     "speedup_vs_slowest", "speedup_ci_low", "speedup_ci_high", "gpu_util_mean", "peak_mem_gib",
     "mem_total_gib", "energy_j_per_step", "final_loss", "loss_drift_pct", "loss_ok", "train_runtime_s",
-    "repeat_spread_pct", "stopped_early", "projected_s", "bound", "evidence", "message",
+    "repeat_spread_pct", "stopped_early", "comm_ms", "backward_sync_ms", "ranks", "slowest_rank",
+    "rank_spread_pct", "projected_s", "bound", "evidence", "message",
 ]
 
 STEP_COLUMNS = [

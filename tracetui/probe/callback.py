@@ -74,6 +74,7 @@ class Probe(TrainerCallback):
         self._logged_loss: dict[int, float] = {}
         self._attached = False
         self.enabled = True
+        self.world = 1
         self._model = None
         self._tail_params: list[Any] = []
         self.device = None
@@ -171,6 +172,8 @@ class Probe(TrainerCallback):
             self._grad_order.append(param)
 
     def _tail_grad(self, param: Any) -> None:
+        if self.world > 1:
+            return  # under DDP backward ends when the reducer is done: see add_loss
         self._tail_seen += 1
         if self._tail_seen == len(self._tail) and self._state in ("after_fwd", "bwd"):
             self._state = "after_bwd"
@@ -206,6 +209,7 @@ class Probe(TrainerCallback):
         if model is not None:
             self.attach(model)
         self.rank = getattr(args, "process_index", self.rank)
+        self.world = int(getattr(args, "world_size", 1) or 1)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if not self.enabled or self.clock is None:
@@ -227,8 +231,13 @@ class Probe(TrainerCallback):
             self._mark("opt_end")
 
     def add_loss(self, loss: Any) -> None:
-        """Called by a trainer that hands over each micro-batch's (already GA-scaled) loss."""
+        """Called by a trainer right after ``training_step`` returns, with the micro-batch's
+        (already GA-scaled) loss. Under DDP this edge ends backward: it then includes the
+        reducer's wait for the gradient all-reduce of the synchronising micro-batch."""
         if self._marks:
+            if self.world > 1 and self._state in ("after_fwd", "bwd"):
+                self._state = "after_bwd"
+                self._mark("bwd_end")
             self._losses.append(loss.detach().float().reshape(()))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -320,6 +329,15 @@ class Probe(TrainerCallback):
             loss = self._logged_loss.pop(item["step"], None)
         if tokens is None:
             tokens = item["padded"] or None
+        extra = {"t_end": item["t_end"]}
+        if self.world > 1 and bwd:
+            # Only the last micro-batch synchronises (the others run inside no_sync()): the
+            # difference to the others estimates the exposed all-reduce time.
+            extra["backward_sync_ms"] = bwd[-1]
+            extra["backward_nosync_ms"] = sum(bwd[:-1])
+            if len(bwd) > 1:
+                rest = sorted(bwd[:-1])
+                extra["comm_est_ms"] = max(0.0, bwd[-1] - rest[len(rest) // 2])
         # ``other`` absorbs rounding so the phases add up to the wall time exactly.
         counted = phases["data"] + phases["optimizer"] + sum(fwd) + sum(bwd)
         other = max(0.0, wall - counted)
@@ -328,7 +346,7 @@ class Probe(TrainerCallback):
             data_ms=phases["data"], forward_ms=fwd, backward_ms=bwd,
             optimizer_ms=phases["optimizer"], other_ms=other, loss=loss, tokens=tokens,
             samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
-            extra={"t_end": item["t_end"]},
+            extra=extra,
         )
 
 

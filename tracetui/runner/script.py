@@ -52,8 +52,10 @@ class ScriptSweep:
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
-        self.plan = [RunSpec(f"{self.sweep_id}/{s.label}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
+        ws = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
+        self.plan = [RunSpec(f"{self.sweep_id}/{s.label}{ws}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
                      for s, r in interleave(splits, cfg.repeats)]
+        self.warnings: list[str] = []
         # A private socket: its folder is made 0700 by the listener.
         self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
         self.socket_path = os.path.join(self._sockdir, "sweep.sock")
@@ -76,9 +78,12 @@ class ScriptSweep:
     def stop(self) -> None:
         self._stop.set()
 
-    def current_pid(self) -> int | None:
+    def current_pids(self) -> list[int]:
         p = self._proc
-        return p.pid if p is not None and p.poll() is None else None
+        return [p.pid] if p is not None and p.poll() is None else []
+
+    def command_for(self, spec: RunSpec) -> list[str]:
+        return self.cmd + [SPLIT_FLAGS[0], str(spec.split.micro_batch), SPLIT_FLAGS[1], str(spec.split.grad_accum)]
 
     def run(self, only: list[RunSpec] | None = None) -> dict[str, str]:
         for spec in (only or self.plan):
@@ -103,7 +108,12 @@ class ScriptSweep:
                    TRACETUI_WARMUP=str(self.cfg.warmup), PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([inject, pkg_root] + ([os.environ["PYTHONPATH"]]
                                                                     if os.environ.get("PYTHONPATH") else [])))
-        cmd = self.cmd + [SPLIT_FLAGS[0], str(spec.split.micro_batch), SPLIT_FLAGS[1], str(spec.split.grad_accum)]
+        cmd = self.command_for(spec)
+        if self.cfg.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
+        # NVLink multicast stays off for every NCCL job we start (shared GPU hosts).
+        for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+            env.setdefault(k, v)
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         with open(log_path, "w") as log:
             self._proc = proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -155,3 +165,26 @@ def _tail(path: Path, n: int = 4000) -> str:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+class DdpSweep(ScriptSweep):
+    """Each run launched by torchrun (``torch.distributed.run``) as DDP over
+    ``--nproc-per-node`` processes (and ``--nnodes`` machines); every rank reports over the
+    sweep's socket with its rank."""
+
+    def __init__(self, cfg: SweepConfig, splits: list[Split], on_event=None):
+        super().__init__(cfg, splits, ["ddp"], on_event=on_event)
+
+    def command_for(self, spec: RunSpec) -> list[str]:
+        import json
+        import sys
+
+        cfg = self.cfg
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.nproc_per_node)]
+        if cfg.nnodes > 1:
+            launch += ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
+                       "--rdzv-endpoint", cfg.rdzv_endpoint, "--rdzv-backend", "c10d"]
+        else:
+            launch += ["--standalone"]
+        return launch + ["-m", "tracetui.runner.ddp", "--config-json", json.dumps(cfg.to_dict()),
+                         SPLIT_FLAGS[0], str(spec.split.micro_batch), SPLIT_FLAGS[1], str(spec.split.grad_accum)]

@@ -7,6 +7,7 @@ killed while holding the queue's lock cannot poison the next run.
 
 from __future__ import annotations
 
+import collections
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -74,7 +75,9 @@ class Sweep:
     """
 
     def __init__(self, cfg: SweepConfig, splits: list[Split], on_event: Callable[[dict], None] | None = None,
-                 sweep_id: str | None = None):
+                 sweep_id: str | None = None, lanes: list[int | None] | None = None):
+        """``lanes``: GPU indices to run splits on at the same time (default: ``cfg.gpus``, or
+        one lane on the configured device)."""
         self.cfg = cfg
         self.splits = splits
         self.on_event = on_event
@@ -86,7 +89,10 @@ class Sweep:
                      for s, r in interleave(splits, cfg.repeats)]
         self._ctx = mp.get_context("spawn")
         self._stop = threading.Event()
-        self._proc = None
+        self._procs: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self.lanes: list[int | None] = lanes if lanes is not None else (cfg.gpu_list() or [None])
+        self.warnings = gpu_model_warnings(self.lanes)
         self.interrupted = False
         self.outcomes: dict[str, str] = {}
         _ensure_resource_tracker()
@@ -100,18 +106,34 @@ class Sweep:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def current_pid(self) -> int | None:
-        p = self._proc
-        return p.pid if p is not None and p.is_alive() else None
+    def current_pids(self) -> list[int]:
+        with self._lock:
+            return [p.pid for p in self._procs.values() if p.is_alive()]
 
     # ---- running ---------------------------------------------------------------------------
     def run(self, only: list[RunSpec] | None = None) -> dict[str, str]:
-        """Run every planned run (or ``only`` those); return run_id -> final status."""
-        for spec in (only or self.plan):
-            if self._stop.is_set():
-                self.interrupted = True
-                break
-            self.outcomes[spec.run_id] = self._run_one(spec)
+        """Run every planned run (or ``only`` those), one per lane at a time; return
+        run_id -> final status."""
+        todo = collections.deque(only or self.plan)
+
+        def lane(gpu: int | None) -> None:
+            while not self._stop.is_set():
+                with self._lock:
+                    if not todo:
+                        return
+                    spec = todo.popleft()
+                spec.gpu = gpu
+                self.outcomes[spec.run_id] = self._run_one(spec)
+
+        if len(self.lanes) == 1:
+            lane(self.lanes[0])
+        else:
+            threads = [threading.Thread(target=lane, args=(g,), name=f"tracetui-lane-{g}", daemon=True)
+                       for g in self.lanes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         if self._stop.is_set():
             self.interrupted = True
         return self.outcomes
@@ -122,27 +144,31 @@ class Sweep:
     def rerun(self, split: Split) -> str:
         """Run ``split`` once more in this sweep (the TUI's ``r``)."""
         n = sum(1 for s in self.plan if s.split == split)
-        spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n)
+        spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n, gpu=self.lanes[0])
         self.plan.append(spec)
         self._stop.clear()
         self.outcomes[spec.run_id] = self._run_one(spec)
         return self.outcomes[spec.run_id]
 
     def _emit(self, event: dict) -> None:
-        self.log.append(event)
-        if self.on_event is not None:
-            self.on_event(event)
+        with self._lock:  # lanes run side by side: one writer at a time
+            self.log.append(event)
+            if self.on_event is not None:
+                self.on_event(event)
 
     def _run_one(self, spec: RunSpec) -> str:
         q = self._ctx.Queue(maxsize=QUEUE_MAX)
         log_path = str(self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log"))
+        if spec.gpu is not None:
+            self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
         payload = dict(run_id=spec.run_id, config=self.cfg.to_dict(), micro_batch=spec.split.micro_batch,
                        grad_accum=spec.split.grad_accum, repeat=spec.repeat, gpu=spec.gpu, log_path=log_path)
         from . import worker
 
         proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.label}", daemon=True)
         proc.start()
-        self._proc = proc
+        with self._lock:
+            self._procs[spec.run_id] = proc
         final: str | None = None
         dead_since: float | None = None
         term_sent: float | None = None
@@ -175,7 +201,8 @@ class Sweep:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
-            self._proc = None
+            with self._lock:
+                self._procs.pop(spec.run_id, None)
             q.close()
             q.cancel_join_thread()
         if final is None:
@@ -190,6 +217,25 @@ class Sweep:
                 msg = f"worker {how} without reporting; its log: {log_path}"
             self._emit(make(RUN_FAILED, spec.run_id, kind=final, message=msg))
         return final
+
+
+def gpu_model_warnings(lanes: list[int | None]) -> list[str]:
+    """Runs on GPUs of different models cannot be compared: say so before they start."""
+    gpus = [g for g in lanes if g is not None]
+    if len(gpus) < 2:
+        return []
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        names = {g: pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus}
+    except Exception:  # noqa: BLE001 - no NVML: nothing to compare
+        return []
+    names = {g: (n.decode() if isinstance(n, bytes) else n) for g, n in names.items()}
+    if len(set(names.values())) > 1:
+        listed = ", ".join(f"GPU {g}: {n}" for g, n in names.items())
+        return [f"the GPUs are not the same model ({listed}): their times cannot be compared with each other"]
+    return []
 
 
 def child_pids() -> list[int]:

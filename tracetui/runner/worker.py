@@ -123,7 +123,8 @@ def run(spec: dict, mp_queue: Any) -> None:
             from ..probe.gpu import GpuSampler
 
             sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
-                                 gpu_index=int(spec.get("gpu") or (cfg.device[5:] if cfg.device.startswith("cuda:") else 0)),
+                                 gpu_index=spec["gpu"] if spec.get("gpu") is not None else (
+                                     int(cfg.device[5:]) if cfg.device.startswith("cuda:") else 0),
                                  uuid=env.get("gpu_uuid") or None)
             why = sampler.start()
             if why:

@@ -96,6 +96,9 @@ class RunList(DataTable):
         rows += [(rid, label, None) for rid, label in planned if rid not in known]
         for rid, label, run in rows:
             status = run.status if run else "queued"
+            gpu = run.started.get("gpu") if run else None
+            if gpu is not None:
+                label = f"{label}@{gpu}"
             prog, left = run_progress(run, None) if run else ("-", "-")
             cells = (label, Text(status, style=STATUS_STYLE.get(status, "")), prog, left)
             if rid in self.rows:
@@ -216,6 +219,7 @@ SUMMARY_COLUMNS = [
     ("fwd", "forward_ms"), ("bwd", "backward_ms"), ("opt", "optimizer_ms"), ("other", "other_ms"),
     ("tok/s", "tokens_per_s"), ("speedup", "speedup"), ("GPU%", "gpu_util_mean"), ("peak GiB", "peak_mem_gib"),
     ("J/step", "energy_j_per_step"), ("loss", "final_loss"), ("steps", "steps_measured"), ("bound", "bound"),
+    ("GPU", "gpus"), ("comm", "comm_ms"), ("ranks", "ranks"),
 ]
 
 
@@ -256,6 +260,17 @@ class SummaryTable(DataTable):
                 _fmt(r.get("optimizer_ms")), _fmt(r.get("other_ms")), _fmt(r.get("tokens_per_s"), ".0f"),
                 Text(speed, style=style), _fmt(r.get("gpu_util_mean"), ".0f"), _fmt(r.get("peak_mem_gib"), ".2f"),
                 _fmt(r.get("energy_j_per_step"), ".0f"), loss, str(r.get("steps_measured", 0)),
-                f"{r.get('bound') or '-'}",
+                f"{r.get('bound') or '-'}", r.get("gpus") or "-", _fmt(r.get("comm_ms")), _ranks_cell(r),
             ]
             self.add_row(*cells)
+
+
+def _ranks_cell(row: dict) -> Text:
+    """Data-parallel ranks; a straggler (compute >10% behind the fastest rank) in red."""
+    if not row.get("ranks"):
+        return Text("-")
+    spread = row.get("rank_spread_pct")
+    if spread is None:
+        return Text(str(row["ranks"]))
+    text = f"{row['ranks']} (r{row['slowest_rank']} +{spread:.0f}%)"
+    return Text(text, style="bold red" if spread > 10 else "")

@@ -1,0 +1,47 @@
+"""One rank of a data-parallel run, started by torchrun from :class:`~tracetui.runner.script.DdpSweep`.
+
+The HF ``Trainer`` finds torchrun's environment and wraps the model in DDP (NCCL on GPUs, gloo on
+CPUs); accumulation micro-batches except the last run inside ``no_sync()``. The probe, as a
+``TraceCallback``, reports each rank's steps over the sweep's socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config-json", required=True)
+    p.add_argument("--per_device_train_batch_size", type=int, required=True)
+    p.add_argument("--gradient_accumulation_steps", type=int, required=True)
+    ns = p.parse_args()
+
+    import torch
+
+    from ..attach import TraceCallback
+    from ..config import SweepConfig
+    from .worker import build_trainer, resolve_precision
+
+    cfg = SweepConfig(**json.loads(ns.config_json))
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    device = cfg.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    precision, dtype = resolve_precision(cfg.precision, device)
+    if cfg.memory_limit is not None and device.startswith("cuda"):
+        total = torch.cuda.get_device_properties(local).total_memory / 2**30
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_limit / total), local)
+    probe = TraceCallback(warmup=cfg.warmup, quiet=True)
+    trainer = build_trainer(cfg, ns.per_device_train_batch_size, ns.gradient_accumulation_steps, device,
+                            precision, dtype, probe=probe)
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()

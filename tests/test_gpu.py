@@ -76,3 +76,22 @@ def test_probe_adds_no_sync():
         assert e["tokens"] == 3 * 4 * 64 and e["samples"] == 12
         assert e["loss"] == pytest.approx(6.2, abs=0.5)  # ln(512) at random init
         assert e["peak_mem_gib"] > 0
+
+
+def test_memory_limit_turns_a_too_large_split_into_oom(tmp_path):
+    """--memory-limit caps a run's CUDA memory: the large micro-batch runs out, frees its
+    memory with its process, and the sweep goes on to a split that fits."""
+    from tracetui.config import SweepConfig, validate
+    from tracetui.runner.sweep import Sweep
+
+    cfg = SweepConfig(effective_batch=[32], splits="32x1,1x32", steps=3, warmup=1, seq_len=1024,
+                      memory_limit=0.3, device="cuda", runs_dir=str(tmp_path))
+    events = []
+    sweep = Sweep(cfg, validate(cfg), on_event=events.append)
+    outcomes = sweep.run()
+    sweep.close()
+    assert list(outcomes.values()) == ["oom", "ok"]
+    failed = [e for e in events if e["type"] == "run_failed"][0]
+    assert "out of memory at micro-batch 32" in failed["message"]
+    peaks = [e["peak_mem_gib"] for e in events if e["type"] == "step" and e["run_id"].endswith("1x32")]
+    assert peaks and max(peaks) < 0.3

@@ -27,13 +27,41 @@ from tracetui.probe.callback import Probe
 from tracetui.runner.worker import build_trainer, resolve_precision
 
 
+#: every probe method that runs on the training path (callbacks, module and autograd hooks)
+HOT = ("_fwd_pre", "_fwd_post", "_bwd_begin", "_learn_grad", "_tail_grad", "add_loss", "on_step_begin",
+       "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log")
+
+
+def timed(cls):
+    """``cls`` with its hot-path methods timed: ``self_s`` accumulates the host time they take.
+
+    On a host-bound step the host time the probe takes is what it adds to the step; this reads
+    it directly, at a precision wall-clock comparisons of noisy steps cannot reach."""
+
+    class Timed(cls):
+        self_s = 0.0
+
+    for name in HOT:
+        orig = getattr(cls, name)
+
+        def wrapper(self, *args, _orig=orig, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _orig(self, *args, **kwargs)
+            finally:
+                self.self_s += time.perf_counter() - t0
+
+        setattr(Timed, name, wrapper)
+    return Timed
+
+
 class BlockToggler(TrainerCallback):
     """Runs before the probe: at the first step of each block, synchronises, stamps the time and
     switches the probe on or off for the block (pattern A B B A ...)."""
 
     def __init__(self, probe: Probe, warmup: int, block: int, blocks: int, cuda: bool):
         self.probe, self.warmup, self.block, self.blocks, self.cuda = probe, warmup, block, blocks, cuda
-        self.stamps: list[tuple[float, bool]] = []
+        self.stamps: list[tuple[float, bool, float]] = []
 
     def _sync(self) -> None:
         if self.cuda:
@@ -54,11 +82,11 @@ class BlockToggler(TrainerCallback):
                 self.probe.resume()
             else:
                 self.probe.pause()
-        self.stamps.append((now, on))
+        self.stamps.append((now, on, self.probe.self_s))
 
     def on_train_end(self, args, state, control, **kwargs):
         self._sync()
-        self.stamps.append((time.perf_counter(), None))
+        self.stamps.append((time.perf_counter(), None, self.probe.self_s))
 
 
 def main() -> int:
@@ -86,29 +114,40 @@ def main() -> int:
     if ns.callback:
         from tracetui.attach import TraceCallback
 
-        probe = TraceCallback(socket_path="/nonexistent/tracetui.sock", quiet=True)
+        probe = timed(TraceCallback)(socket_path="/nonexistent/tracetui.sock", quiet=True)
         probe_core = probe
     else:
-        probe = probe_core = Probe(events.append, "overhead", warmup=ns.warmup)
+        probe = probe_core = timed(Probe)(events.append, "overhead", warmup=ns.warmup)
     toggler = BlockToggler(probe_core, ns.warmup, ns.block, ns.blocks, device == "cuda")
     trainer = build_trainer(cfg, split.micro_batch, split.grad_accum, device, precision, dtype,
                             probe=probe, callbacks=[toggler])
     trainer.train()
 
-    on_ms, off_ms = [], []
-    for (t0, on), (t1, _) in zip(toggler.stamps, toggler.stamps[1:]):
+    on_ms, off_ms, self_ms = [], [], []
+    for (t0, on, s0), (t1, _, s1) in zip(toggler.stamps, toggler.stamps[1:]):
         (on_ms if on else off_ms).append((t1 - t0) * 1000.0 / ns.block)
+        if on:
+            self_ms.append((s1 - s0) * 1000.0 / ns.block)
     ratio = median(on_ms) / median(off_ms)
+    from tracetui.analysis import bootstrap_medians, ratio_ci
+
+    lo, hi = ratio_ci(bootstrap_medians(on_ms, seed=1), bootstrap_medians(off_ms, seed=2))
+    own = median(self_ms)
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     what = "TraceCallback" if ns.callback else "probe"
     print(f"{gpu} · {ns.model} · {ns.split} · seq {ns.seq_len} · {precision} · {len(on_ms)}+{len(off_ms)} blocks of {ns.block} steps")
     print(f"{what} on : median {median(on_ms):8.2f} ms/step (p10 {quantile(on_ms, .1):.2f}, p90 {quantile(on_ms, .9):.2f})")
     print(f"{what} off: median {median(off_ms):8.2f} ms/step (p10 {quantile(off_ms, .1):.2f}, p90 {quantile(off_ms, .9):.2f})")
-    print(f"ratio on/off: {ratio:.4f}  ({100 * (ratio - 1):+.2f}%)")
+    print(f"wall-clock ratio on/off: {ratio:.4f} ({100 * (ratio - 1):+.2f}%), 95% CI {lo:.3f}-{hi:.3f}: "
+          f"the noise of the steps bounds what this comparison can resolve")
+    print(f"{what}'s own host time on the training path: {own:.3f} ms/step = {100 * own / median(on_ms):.3f}% "
+          f"of the step (ratio {1 + own / median(on_ms):.4f})")
     if ns.json:
         with open(ns.json, "w") as fh:
             json.dump({"device": gpu, "model": ns.model, "split": ns.split, "seq_len": ns.seq_len, "what": what,
-                       "on_ms_per_step": on_ms, "off_ms_per_step": off_ms, "ratio": ratio}, fh, indent=1)
+                       "on_ms_per_step": on_ms, "off_ms_per_step": off_ms, "ratio": ratio,
+                       "ratio_ci": [lo, hi], "self_ms_per_step": self_ms,
+                       "self_fraction": own / median(on_ms)}, fh, indent=1)
     return 0
 
 

@@ -193,8 +193,8 @@ def _make_trace_callback():
             except Exception as exc:  # noqa: BLE001 - never break the user's training
                 self.failed = True
                 self.pause()
-                sys.stderr.write(f"tracetui: TraceCallback stopped measuring ({type(exc).__name__}: {exc}); "
-                                 "training goes on\n")
+                what = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+                sys.stderr.write(f"tracetui: TraceCallback stopped measuring ({what}); training goes on\n")
                 return None
 
         # -- callback events, each guarded ------------------------------------------------------
@@ -202,6 +202,11 @@ def _make_trace_callback():
             self._guard(self._begin, args, state, control, model)
 
         def _begin(self, args, state, control, model):
+            from .probe.callback import missing_callback_events
+
+            why = missing_callback_events()
+            if why:
+                raise RuntimeError(why)
             rank = int(getattr(args, "process_index", 0))
             world = int(getattr(args, "world_size", 1))
             path = self.jsonl_path or os.path.join(

@@ -33,6 +33,7 @@ def _out_args(p: argparse.ArgumentParser, default_out: str = "tracetui_results.c
     g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
     g.add_argument("-o", "--output", default=None, help=f"summary path (default {default_out}, or .json; - for stdout)")
     g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
+    g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
     g.add_argument("--project-steps", type=int, default=None, metavar="N",
                    help="project the wall time of a full training run of N optimizer steps per split")
 
@@ -63,6 +64,8 @@ def _default_out(ns) -> str:
 def _check_writable(path: str, flag: str) -> None:
     if path == "-":
         return
+    if Path(path).is_dir():
+        raise ConfigError(flag, f"{path} is a folder", "give a file path, e.g. results.csv")
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise ConfigError(flag, f"folder {parent} does not exist", "create it or choose another path")
@@ -107,6 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return _fail("interrupted before any run started", EXIT_INTERRUPTED)
+    if getattr(ns, "dry_run", False):
+        from .runner.sweep import interleave
+
+        ws = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
+        for n, (split, rep) in enumerate(interleave(splits, cfg.repeats), 1):
+            print(f"run {n}: {split.label}{ws} (effective batch {split.effective_batch * cfg.world_size}"
+                  + (f", repeat {rep + 1}" if cfg.repeats > 1 else "") + f"), {cfg.steps} steps, {cfg.model}")
+        return EXIT_OK
     sweep = None
     if cfg.world_size > 1:
         from .runner.script import DdpSweep
@@ -197,6 +208,7 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
     def on_signal(signum, frame):  # noqa: ARG001
         received["sig"] = signal.Signals(signum).name
+        received["signum"] = int(signum)
         sweep.stop()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -221,7 +233,7 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
         done = [r["split"] for r in rows if r["status"] == "ok"]
         sys.stderr.write(f"tracetui: interrupted by {received.get('sig', 'a stop request')}; "
                          f"finished splits: {', '.join(done) or 'none'}; every measured step is in {sweep.log.path}\n")
-        return EXIT_INTERRUPTED
+        return 128 + received.get("signum", signal.SIGINT)
     if err:
         return EXIT_NONE_OK
     ok = any(r["status"] == "ok" for r in rows)

@@ -344,6 +344,11 @@ def dataset_kind(dataset: str) -> str:
 
 def validate_deep(cfg: SweepConfig) -> None:
     """Checks that need the model, the data or the GPU: run once in the parent before any run."""
+    from .probe.callback import missing_callback_events
+
+    why = missing_callback_events()
+    if why:
+        raise ConfigError("transformers", why)
     kind = model_kind(cfg.model)
     if kind == "hub":
         if "/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model:
@@ -395,9 +400,6 @@ def validate_deep(cfg: SweepConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError("--precision", "fp16 training needs a GPU and none is available",
                               "use fp32 or bf16 on CPU")
-    if cfg.memory_limit is not None and resolve_device(cfg) == "cpu":
-        raise ConfigError("--memory-limit", "caps CUDA memory, but this sweep runs on the CPU",
-                          "drop --memory-limit or run on a GPU")
 
 
 def gpu_count() -> int:
@@ -457,7 +459,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", default=S, help="learning rate (default 2e-4)")
     g.add_argument("--seed", default=S, help="seed for weights, LoRA init and data order (default 42)")
     g.add_argument("--device", default=S, help="auto (default), cpu, cuda or cuda:N")
-    g.add_argument("--memory-limit", default=S, metavar="GiB", help="cap the CUDA memory a run may take")
+    g.add_argument("--memory-limit", default=S, metavar="GiB",
+                   help="cap the memory a run may take: CUDA memory on a GPU, the worker's data size on the CPU")
     g.add_argument("--runs-dir", default=S, help="where event logs go (default tracetui_runs)")
     g.add_argument("--sample-hz", default=S, help="GPU samples per second (default 10)")
     g.add_argument("--until-confident", nargs="?", const=2.0, default=S, metavar="PCT",

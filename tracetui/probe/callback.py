@@ -32,6 +32,23 @@ _PHASE_OF = {
     "end": "other",
 }
 
+#: the TrainerCallback events the probe relies on, and the release that has all of them
+REQUIRED_EVENTS = ("on_step_begin", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end")
+NEEDED_TRANSFORMERS = "4.56.2"
+
+
+def missing_callback_events(callback_cls=None) -> str | None:
+    """A one-line message if this transformers lacks a callback event the probe uses."""
+    import transformers
+
+    cls = callback_cls or TrainerCallback
+    missing = [name for name in REQUIRED_EVENTS if not callable(getattr(cls, name, None))]
+    if not missing:
+        return None
+    return (f"transformers {transformers.__version__} has no TrainerCallback.{missing[0]}, which tracetui's probe "
+            f"needs; install transformers {NEEDED_TRANSFORMERS} or newer (pip install -U transformers)")
+
+
 #: how many of the last parameters to receive a gradient mark the end of backward
 _TAIL_PARAMS = 4
 

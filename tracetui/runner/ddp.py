@@ -23,7 +23,7 @@ def main() -> None:
 
     from ..attach import TraceCallback
     from ..config import SweepConfig
-    from .worker import build_trainer, resolve_precision
+    from .worker import build_trainer, cap_memory, resolve_precision
 
     cfg = SweepConfig(**json.loads(ns.config_json))
     local = int(os.environ.get("LOCAL_RANK", 0))
@@ -34,12 +34,11 @@ def main() -> None:
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     precision, dtype = resolve_precision(cfg.precision, device)
-    if cfg.memory_limit is not None and device.startswith("cuda"):
-        total = torch.cuda.get_device_properties(local).total_memory / 2**30
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_limit / total), local)
     probe = TraceCallback(warmup=cfg.warmup, quiet=True)
     trainer = build_trainer(cfg, ns.per_device_train_batch_size, ns.gradient_accumulation_steps, device,
                             precision, dtype, probe=probe)
+    if cfg.memory_limit is not None:
+        cap_memory(cfg.memory_limit, device)
     trainer.train()
 
 

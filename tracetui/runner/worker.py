@@ -59,6 +59,26 @@ def environment(device: str) -> dict[str, Any]:
     return env
 
 
+def cap_memory(gib: float, device: str) -> None:
+    """``--memory-limit``: on a GPU, the CUDA caching allocator's share of the card; on the CPU,
+    the worker's data segment (``RLIMIT_DATA``: heap and anonymous mappings, which is where
+    torch's CPU tensors live), so an allocation past it fails as out of memory."""
+    import torch
+
+    if device.startswith("cuda"):
+        index = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory / 2**30
+        torch.cuda.set_per_process_memory_fraction(min(1.0, gib / total), index)
+        return
+    import resource
+
+    limit = int(gib * 2**30)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+
 def resolve_precision(precision: str, device: str):
     import torch
 
@@ -107,10 +127,12 @@ def run(spec: dict, mp_queue: Any) -> None:
             device = "cuda"
             torch.cuda.set_device(0)
         precision, dtype = resolve_precision(cfg.precision, device)
+        from ..probe.callback import missing_callback_events
+
+        why = missing_callback_events()
+        if why:
+            raise RuntimeError(why)
         env = environment(device)
-        if cfg.memory_limit is not None and device == "cuda":
-            total = torch.cuda.get_device_properties(0).total_memory / 2**30
-            torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.memory_limit / total), 0)
         sink.emit(make(RUN_STARTED, run_id, label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga,
                        effective_batch=mb * ga, world_size=1, repeat=spec.get("repeat", 0),
                        pid=os.getpid(), rank=0, precision=precision, env=env,
@@ -160,10 +182,14 @@ def run(spec: dict, mp_queue: Any) -> None:
 
 def classify_failure(exc: BaseException, micro_batch: int) -> tuple[str, str]:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    oom_types = ("OutOfMemoryError",)
-    is_oom = type(exc).__name__ in oom_types or isinstance(exc, MemoryError) or (
-        isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text.lower())
-    )
+    chain, e = [], exc
+    while e is not None and len(chain) < 10:  # the OOM may sit under a wrapping error
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    is_oom = any(
+        type(e).__name__ == "OutOfMemoryError" or isinstance(e, MemoryError)
+        or "out of memory" in str(e).lower() or "can't allocate memory" in str(e).lower()
+        for e in chain)
     if is_oom:
         return "oom", f"out of memory at micro-batch {micro_batch}: {text[:200]}"
     return "error", f"{type(exc).__name__}: {text[:300]}"
@@ -238,6 +264,9 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra)
+    if cfg.memory_limit is not None:
+        # After the imports and the model are in: the cap is on what training may take in all.
+        cap_memory(cfg.memory_limit, device)
     result = trainer.train()
     metrics = dict(result.metrics)
     metrics["steps"] = trainer.state.global_step

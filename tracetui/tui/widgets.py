@@ -200,8 +200,12 @@ class GpuStatus(Static):
             g = run.gpu[-1]
             power = f" · {g['power_w']:.0f} W" if g.get("power_w") is not None else ""
             name = (run.started.get("env") or {}).get("gpu_name") or "GPU"
-            self.update(f"{name} · util {g['util']:.0f}% · memory {g['mem_used_gib']:.1f}/"
+            text = Text(f"{name} · util {g['util']:.0f}% · memory {g['mem_used_gib']:.1f}/"
                         f"{g['mem_total_gib']:.0f} GiB{power}")
+            stopped = [n for n in run.notices if "NVML" in n]
+            if stopped:
+                text.append(f"\n{stopped[-1]}", style="yellow")
+            self.update(text)
             return
         why = ""
         for r in reversed(list(results.runs.values())):

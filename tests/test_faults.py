@@ -1,0 +1,309 @@
+"""The fault-injection suite: each fault injected for real (processes, signals, files), and the
+product must keep working and lose nothing."""
+
+import asyncio
+import json
+import os
+import signal
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracetui.cli import main
+from tracetui.store import read_events
+
+from .conftest import ROOT, read_csv, run_cli
+
+DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
+
+
+def _start(args, tmp_path, new_session=False):
+    return subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, args)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=new_session, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _log(runs: Path) -> Path | None:
+    logs = list(runs.glob("*/events.jsonl"))
+    return logs[0] if logs else None
+
+
+def _events(runs: Path) -> list[dict]:
+    log = _log(runs)
+    return read_events([log]).events if log else []
+
+
+def _wait(pred, timeout=120):
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_worker_sigkill_mid_run_headless(tmp_path):
+    runs = tmp_path / "runs"
+    args = ["--export", "csv", "-o", tmp_path / "out.csv", "--steps-csv", tmp_path / "steps.csv",
+            "--effective-batch", 2, "--splits", "1x2,2x1", "--steps", 14, "--warmup", 1, "--seq-len", 64,
+            "--runs-dir", runs]
+    proc = _start(args, tmp_path)
+
+    def victim():
+        ev = _events(runs)
+        started = [e for e in ev if e["type"] == "run_started" and e["label"] == "1x2"]
+        steps = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2")]
+        return started[0]["pid"] if started and len(steps) >= 3 else None
+
+    _wait(lambda: victim() is not None)
+    pid = victim()
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.time()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    ev = _events(runs)
+    failed = [e for e in ev if e["type"] == "run_failed"]
+    assert len(failed) == 1 and failed[0]["kind"] == "crashed"
+    assert failed[0]["t"] - killed_at < 5.0
+    measured = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2")]
+    rows = {r["split"]: r for r in read_csv(tmp_path / "out.csv")}
+    assert rows["1x2"]["status"] == "crashed" and rows["2x1"]["status"] == "ok"
+    assert int(rows["1x2"]["steps_measured"]) == len(measured) - 1  # all but the warm-up step
+    steps_csv = [r for r in read_csv(tmp_path / "steps.csv") if r["split"] == "1x2"]
+    assert len(steps_csv) == len(measured) >= 3
+
+
+@pytest.mark.slow
+def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(tmp_path):
+    """On the CPU --memory-limit caps the worker's data size (RLIMIT_DATA): the big micro-batch
+    cannot allocate, reports oom, its process (and memory) goes, the next split runs."""
+    runs = tmp_path / "runs"
+    proc = run_cli("--export", "csv", "-o", tmp_path / "o.csv", "--effective-batch", 16, "--splits", "16x1,1x16",
+                   "--steps", 2, "--warmup", 1, "--seq-len", 1024, "--memory-limit", 2.6, "--runs-dir", runs)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["split"]: r for r in read_csv(tmp_path / "o.csv")}
+    assert rows["16x1"]["status"] == "oom" and "out of memory at micro-batch 16" in rows["16x1"]["message"]
+    assert rows["1x16"]["status"] == "ok"
+    pids = [e["pid"] for e in _events(runs) if e["type"] == "run_started"]
+    assert not any(_alive(p) for p in pids)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
+def test_interrupt_headless_mid_run(tmp_path, sig, group, code):
+    runs = tmp_path / "runs"
+    out = tmp_path / "out.csv"
+    steps = tmp_path / "steps.csv"
+    proc = _start(["--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "4x1,1x4", "--steps", 300,
+                   "--warmup", 1, "--seq-len", 64, "--runs-dir", runs], tmp_path, new_session=True)
+    _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3)
+    if group:  # Ctrl-C in a terminal signals the whole foreground process group
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert f"interrupted by {sig.name}" in err and "every measured step is in" in err
+    ev = _events(runs)
+    pids = [e["pid"] for e in ev if e["type"] == "run_started"]
+    assert pids and not any(_alive(p) for p in pids)
+    on_disk = [e for e in ev if e["type"] == "step"]
+    assert len(read_csv(steps)) == len(on_disk) >= 3
+    rows = read_csv(out)
+    assert rows[0]["status"] == "interrupted"
+    assert [e["kind"] for e in ev if e["type"] == "run_failed"] == ["interrupted"]
+
+
+FLAGS = ["--model", "--dataset", "--text-field", "--seq-len", "--effective-batch", "--splits", "--max-micro-batch",
+         "--steps", "--warmup", "--repeats", "--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets",
+         "--precision", "--lr", "--seed", "--device", "--memory-limit", "--sample-hz", "--until-confident",
+         "--min-steps", "--gpus", "--nproc-per-node", "--nnodes", "--node-rank", "--project-steps", "--bogus"]
+VALUES = st.one_of(
+    st.integers(-5, 70).map(str), st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(["auto", "tiny", "qwen3-1.7b", "synthetic", "1x4,2x2,4x1", "2x2", "4", "4,8", "cpu", "cuda",
+                     "cuda:3", "bf16", "fp8", "x", "", "0,1", "a/b", "missing.jsonl", "all-linear", "1e-4"]),
+    st.text(alphabet=string.printable, max_size=12),
+)
+ARGV = st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=6)
+
+
+def _one_line_or_ok(capsys, argv) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code in (0, 2), (argv, code, err)
+    if code == 2:
+        assert err.startswith("tracetui: error: ") and err.count("\n") == 1, (argv, err)
+    assert "Traceback" not in err
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pairs=ARGV)
+def test_any_flags_give_a_valid_plan_or_one_line(capsys, monkeypatch, tmp_path, pairs):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    argv = ["--dry-run", "--runs-dir", str(tmp_path / "runs")]
+    for flag, value in pairs:
+        argv += [flag, value] if not value.startswith("-") else [f"{flag}={value}"]
+    _one_line_or_ok(capsys, argv)
+
+
+TOML_VALUES = st.one_of(st.integers(-3, 50), st.floats(allow_nan=False), st.booleans(),
+                        st.text(alphabet=string.ascii_letters + "x,.-/0123456789", max_size=10),
+                        st.lists(st.integers(-2, 9), max_size=3), st.lists(st.sampled_from(["1x4", "2x2", "9x9"]), max_size=3))
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if not isinstance(value, float) or value == value else "nan"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=st.dictionaries(st.sampled_from([f[2:] for f in FLAGS] + ["activation_checkpointing", "probe", "stepz"]),
+                             TOML_VALUES, max_size=6),
+       section=st.booleans(), garbage=st.binary(max_size=20))
+def test_any_toml_gives_a_valid_plan_or_one_line(capsys, monkeypatch, tmp_path, table, section, garbage):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    text = ("[sweep]\n" if section else "") + "".join(f"{k} = {_toml(v)}\n" for k, v in table.items())
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(text.encode() + (garbage if garbage and garbage[0] % 3 == 0 else b""))
+    _one_line_or_ok(capsys, ["--dry-run", "--config", str(cfg), "--runs-dir", str(tmp_path / "runs")])
+
+
+def test_show_skips_and_counts_bad_lines(tmp_path):
+    good = DATA.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    lines = good[:200] + [good[200][: len(good[200]) // 2]]  # a truncated line
+    lines += ["\x00\x01 garbage", json.dumps({"v": 7, "type": "step", "run_id": "x", "t": 1}),
+              json.dumps({"v": 1, "type": "step", "run_id": "x", "t": 1, "step": "one"})] + good[201:]
+    bad.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.csv"
+    proc = run_cli("show", bad, "--export", "csv", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped 4 bad line(s)" in proc.stderr
+    assert "2 not JSON (truncated or garbage)" in proc.stderr and "1 unknown schema version" in proc.stderr
+    assert "1 schema mismatch" in proc.stderr
+    rows = read_csv(out)
+    assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
+
+
+@pytest.mark.slow
+def test_output_full_disk_keeps_results_in_jsonl(tmp_path):
+    runs = tmp_path / "runs"
+    proc = run_cli("--export", "csv", "-o", "/dev/full", "--splits", "2x2", "--steps", 3, "--warmup", 1,
+                   "--seq-len", 32, "--runs-dir", runs, cwd=tmp_path)
+    assert proc.returncode == 1
+    line = [l for l in proc.stderr.splitlines() if l.startswith("tracetui: error:")][0]
+    assert "cannot write /dev/full (No space left on device)" in line and "tracetui show" in line
+    again = tmp_path / "again.csv"
+    proc = run_cli("show", _log(runs), "--export", "csv", "-o", again)
+    assert proc.returncode == 0 and read_csv(again)[0]["status"] == "ok"
+
+
+def test_unwritable_places_refused_up_front(capsys, tmp_path):
+    assert main(["--export", "csv", "-o", str(tmp_path)]) == 2
+    assert "--output:" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["--export", "csv", "--runs-dir", str(blocker / "runs")]) == 2
+    assert "--runs-dir: cannot create" in capsys.readouterr().err
+
+
+class _FlakyNvml:
+    """NVML that answers three times, then fails as a driver reset would."""
+
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self):
+        self.calls = 0
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self.calls += 1
+        if self.calls > 3:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return type("U", (), {"gpu": 42})()
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("M", (), {"used": 2**30, "total": 8 * 2**30})()
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 100_000
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return 5_000_000
+
+    def nvmlDeviceGetClockInfo(self, h, c):
+        return 1500
+
+    def nvmlDeviceGetTemperature(self, h, t):
+        return 50
+
+
+def test_nvml_failing_mid_run_stops_sampling_with_a_notice():
+    from tracetui.events import make
+    from tracetui.probe.gpu import GpuSampler
+    from tracetui.tui.app import TraceApp
+    from tracetui.tui.sources import ReplaySource
+    from tracetui.tui.widgets import GpuStatus
+
+    events = []
+    sampler = GpuSampler(events.append, "r", hz=50, nvml=_FlakyNvml(), handle=object())
+    assert sampler.start() is None
+    _wait(lambda: any(e["type"] == "notice" for e in events), 10)
+    sampler.stop()
+    assert [e["type"] for e in events] == ["gpu", "gpu", "gpu", "notice"]
+    assert "NVML failed mid-run" in events[-1]["message"] and "timings go on" in events[-1]["message"]
+    started = make("run_started", "r", label="4x1", micro_batch=4, grad_accum=1, env={"gpu_name": "Test GPU"})
+    app = TraceApp(ReplaySource([started] + events))
+
+    async def drive():
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause(0.1)
+            text = str(app.query_one(GpuStatus).render())
+            assert "util 42%" in text and "NVML failed mid-run" in text
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_no_nvml_says_why(monkeypatch):
+    from tracetui.probe.gpu import open_nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    nvml, handle, why = open_nvml(0)
+    assert nvml is None and "NVML is not installed (pip install nvidia-ml-py)" in why
+
+
+def test_transformers_without_a_needed_callback_event(monkeypatch, capsys):
+    from transformers import TrainerCallback
+
+    monkeypatch.delattr(TrainerCallback, "on_pre_optimizer_step")
+    assert main(["--dry-run", "--runs-dir", "/tmp/tracetui-test-runs"]) == 2
+    err = capsys.readouterr().err
+    assert "has no TrainerCallback.on_pre_optimizer_step" in err and "install transformers 4.56.2 or newer" in err

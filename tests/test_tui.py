@@ -140,3 +140,13 @@ def test_snapshot_80x24(snap_compare):
 
 def test_snapshot_help(snap_compare):
     assert snap_compare(TraceApp(ReplaySource(recorded())), terminal_size=(80, 24), press=["question_mark"])
+
+
+def test_snapshot_light_theme(snap_compare):
+    """Readable on a light terminal: the stylesheet uses theme variables only."""
+
+    async def light(pilot):
+        pilot.app.theme = "textual-light"
+        await pilot.pause(0.1)
+
+    assert snap_compare(TraceApp(ReplaySource(recorded())), terminal_size=(100, 32), run_before=light)

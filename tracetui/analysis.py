@@ -243,8 +243,10 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
         rt = [r.finished.get("train_runtime_s") for r in runs if r.finished.get("train_runtime_s") is not None]
         row["train_runtime_s"] = sum(rt) / len(rt) if rt else None
-        if project_steps and row.get("step_ms_median"):
-            row["projected_s"] = project_steps * row["step_ms_median"] / 1000.0
+        # Attach mode knows the run's own length (its max_steps) when none is asked for.
+        planned = project_steps or max((r.started.get("max_steps") or 0 for r in runs), default=0)
+        if planned and row.get("step_ms_median"):
+            row["projected_s"] = planned * row["step_ms_median"] / 1000.0
         rows.append(row)
     _add_speedups(rows, boots_of)
     _add_loss_check(rows)
@@ -345,7 +347,7 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
             growth = row["forward_ms_per_micro"] / small["forward_ms_per_micro"]
             flat = (growth, row["micro_batch"] / small["micro_batch"], small["micro_batch"])
     if peak is not None and cap and peak / cap > 0.9:
-        return "memory-limited", f"peak {peak:.1f} of {cap:.0f} GiB"
+        return "memory-limited", f"peak {peak:.1f} of {_gib(cap)} GiB"
     if data_share > 0.3:
         return "input-bound", f"data fetch {100 * data_share:.0f}% of the step"
     if util is not None:
@@ -363,6 +365,11 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
             return "overhead-bound", ev
         return "compute-bound", ev
     return "", "no GPU samples"
+
+
+def _gib(x: float) -> str:
+    """A memory size as people write it: 140, 80, 24, 4.25."""
+    return f"{x:.0f}" if x >= 20 or float(x).is_integer() else f"{x:.3g}"
 
 
 def fmt_duration(seconds: float) -> str:
@@ -391,7 +398,7 @@ def verdict(rows: list[dict]) -> str:
         mem = ""
         if fastest.get("peak_mem_gib") is not None:
             cap = fastest.get("memory_limit_gib") or fastest.get("mem_total_gib")
-            mem = f"; peak memory {fastest['peak_mem_gib']:.1f}" + (f" of {cap:.0f} GiB" if cap else " GiB")
+            mem = f"; peak memory {fastest['peak_mem_gib']:.1f}" + (f" of {_gib(cap)} GiB" if cap else " GiB")
         if len(group) == 1:
             lines.append(f"{fastest['split']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}")
             continue

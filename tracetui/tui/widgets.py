@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import PHASES, Results, RunData, median, recommendation, verdict
+from ..analysis import PHASES, Results, RunData, fmt_duration, median, recommendation, verdict
 
 PHASE_NAMES = ("data", "forward", "backward", "optimizer", "other")
 #: one colour per phase, as RGB so the chart (plotext) and its legend (Rich) match exactly
@@ -222,8 +222,8 @@ SUMMARY_COLUMNS = [
     ("split", "split"), ("status", "status"), ("step ms", "step"), ("p10-p90", "spread"), ("data", "data_ms"),
     ("fwd", "forward_ms"), ("bwd", "backward_ms"), ("opt", "optimizer_ms"), ("other", "other_ms"),
     ("tok/s", "tokens_per_s"), ("speedup", "speedup"), ("GPU%", "gpu_util_mean"), ("peak GiB", "peak_mem_gib"),
-    ("J/step", "energy_j_per_step"), ("loss", "final_loss"), ("steps", "steps_measured"), ("bound", "bound"),
-    ("GPU", "gpus"), ("comm", "comm_ms"), ("ranks", "ranks"),
+    ("J/step", "energy_j_per_step"), ("loss", "final_loss"), ("steps", "steps_measured"), ("runs", "runs"),
+    ("bound", "bound"), ("projected", "projected"), ("GPU", "gpus"), ("comm", "comm_ms"), ("ranks", "ranks"),
 ]
 
 
@@ -263,8 +263,11 @@ class SummaryTable(DataTable):
                 _fmt(r.get("data_ms")), _fmt(r.get("forward_ms")), _fmt(r.get("backward_ms")),
                 _fmt(r.get("optimizer_ms")), _fmt(r.get("other_ms")), _fmt(r.get("tokens_per_s"), ".0f"),
                 Text(speed, style=style), _fmt(r.get("gpu_util_mean"), ".0f"), _fmt(r.get("peak_mem_gib"), ".2f"),
-                _fmt(r.get("energy_j_per_step"), ".0f"), loss, str(r.get("steps_measured", 0)),
-                f"{r.get('bound') or '-'}", r.get("gpus") or "-", _fmt(r.get("comm_ms")), _ranks_cell(r),
+                _fmt(r.get("energy_j_per_step"), ".0f"), loss,
+                str(r.get("steps_measured", 0)) + (" (early)" if r.get("stopped_early") else ""),
+                str(r.get("runs", 1)) + (f" ±{r['repeat_spread_pct'] / 2:.1f}%" if r.get("repeat_spread_pct") is not None else ""),
+                f"{r.get('bound') or '-'}" + (f": {r['evidence']}" if r.get("evidence") and r.get("bound") else ""),
+                fmt_duration(r["projected_s"]) if r.get("projected_s") else "-", r.get("gpus") or "-", _fmt(r.get("comm_ms")), _ranks_cell(r),
             ]
             self.add_row(*cells)
 

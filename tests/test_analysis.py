@@ -1,0 +1,122 @@
+"""Statistics, verdicts, diagnosis and advice, on recorded H200 events and end to end on tiny."""
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from tracetui.analysis import (Results, confident, median, median_ci, bootstrap_medians, order_stat_ci,
+                               recommendation, summarise, verdict)
+from tracetui.config import Split
+from tracetui.events import make
+from tracetui.runner.sweep import interleave
+from tracetui.store import read_events
+
+from .conftest import read_csv, run_cli
+
+DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
+
+
+def recorded():
+    return read_events([DATA]).events
+
+
+def test_recorded_h200_summary():
+    rows = {r["split"]: r for r in summarise(Results().extend(recorded()))}
+    assert rows["4x1"]["step_ms_median"] == pytest.approx(441.18, abs=0.01)
+    for r in rows.values():
+        assert r["step_ms_ci_low"] <= r["step_ms_median"] <= r["step_ms_ci_high"]
+        assert r["step_ms_p10"] <= r["step_ms_median"] <= r["step_ms_p90"]
+        assert r["bound"] == "host-bound" and r["evidence"].startswith("GPU busy")
+        assert r["gpu_util_mean"] < 50 and r["energy_j_per_step"] > 0 and r["loss_ok"]
+    assert rows["4x1"]["fastest"] and rows["4x1"]["speedup_ci_low"] > 3.0
+    assert "forward x0.9 for x4 rows" in rows["4x1"]["evidence"]
+    line = verdict(list(rows.values()))
+    assert line.startswith("4x1 is 3.83x faster than 1x4 (95% CI") and "peak memory 4.1 of 140 GiB" in line
+
+
+def test_no_clear_difference_when_intervals_overlap():
+    events = []
+    for label, base in (("1x2", 100.0), ("2x1", 101.0)):
+        mb, ga = (int(x) for x in label.split("x"))
+        events.append(make("run_started", label, label=label, micro_batch=mb, grad_accum=ga, effective_batch=2))
+        for i in range(1, 21):
+            wall = base + (i * 37 % 11) - 5  # the same spread around nearly the same centre
+            events.append(make("step", label, step=i, warmup=False, wall_ms=wall, forward_ms=[wall / 2],
+                               backward_ms=[wall / 2]))
+        events.append(make("run_finished", label))
+    rows = summarise(Results().extend(events))
+    assert verdict(rows).startswith("no clear difference between")
+
+
+def test_loss_drift_is_flagged():
+    events = recorded()
+    for e in events:
+        if e["type"] == "step" and e["run_id"].endswith("2x2"):
+            e["loss"] *= 1.10  # what a gradient-accumulation normalisation bug would do
+    rows = {r["split"]: r for r in summarise(Results().extend(events))}
+    assert rows["2x2"]["loss_ok"] is False and rows["2x2"]["loss_drift_pct"] > 5
+    assert rows["1x4"]["loss_ok"] and rows["4x1"]["loss_ok"]
+
+
+def test_projection_and_recommendation():
+    rows = summarise(Results().extend(recorded()), project_steps=1000)
+    by = {r["split"]: r for r in rows}
+    assert by["4x1"]["projected_s"] == pytest.approx(441.18, abs=0.1)
+    rec = recommendation(rows)
+    assert rec.startswith("use 4x1 for effective batch 4 (4x1: 7 min 21 s; 2x2: 14 min 14 s; 1x4: 28 min")
+
+
+def test_attach_mode_projects_its_own_max_steps():
+    events = copy.deepcopy(recorded())
+    for e in events:
+        if e["type"] == "run_started":
+            e["max_steps"] = 2000
+    by = {r["split"]: r for r in summarise(Results().extend(events))}
+    assert by["1x4"]["projected_s"] == pytest.approx(2000 * by["1x4"]["step_ms_median"] / 1000)
+
+
+def test_memory_limited_and_headroom():
+    events = copy.deepcopy(recorded())
+    for e in events:
+        if e["type"] == "run_started":
+            e["config"]["memory_limit"] = 4.25  # peaks 3.69 (1x4), 3.84 (2x2), 4.09 (4x1) GiB
+    rows = {r["split"]: r for r in summarise(Results().extend(events))}
+    assert rows["4x1"]["bound"] == "memory-limited" and rows["4x1"]["evidence"] == "peak 4.1 of 4.25 GiB"
+    # only 1x4 leaves 10% headroom under 4.25 GiB: the advice is the fastest split that does
+    assert recommendation(list(rows.values())).startswith("use 1x4")
+
+
+def test_bootstrap_is_deterministic_and_order_stats():
+    xs = [float(x) for x in range(1, 101)]
+    boots = bootstrap_medians(xs, seed=3)
+    assert boots == bootstrap_medians(xs, seed=3)
+    lo, hi = median_ci(boots)
+    assert lo < median(xs) < hi
+    olo, ohi = order_stat_ci(xs)
+    assert 38 <= olo <= 42 and 59 <= ohi <= 62
+    assert confident([100.0 + (i % 3) * 0.1 for i in range(20)], 2.0)
+    assert not confident([100.0, 150.0, 60.0, 140.0, 80.0, 120.0], 2.0)
+
+
+def test_interleaved_order():
+    a, b, c = Split(1, 4), Split(2, 2), Split(4, 1)
+    assert [s.label for s, _ in interleave([a, b, c], 3)] == ["1x4", "2x2", "4x1", "4x1", "2x2", "1x4",
+                                                             "1x4", "2x2", "4x1"]
+
+
+@pytest.mark.slow
+def test_repeats_and_until_confident_end_to_end(tmp_path):
+    out = tmp_path / "r.csv"
+    proc = run_cli("--export", "csv", "-o", out, "--effective-batch", 2, "--splits", "1x2,2x1", "--repeats", 2,
+                   "--steps", 30, "--warmup", 1, "--seq-len", 32, "--until-confident", 40, "--min-steps", 4,
+                   "--project-steps", 500, "--runs-dir", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    order = [l.split("] ")[1].split(":")[0] for l in proc.stderr.splitlines() if "started on" in l]
+    assert order == ["1x2#1", "2x1#1", "2x1#2", "1x2#2"]
+    rows = read_csv(out)
+    for r in rows:
+        assert r["runs"] == "2" and r["repeat_spread_pct"] != ""
+        assert r["stopped_early"] == "True" and 8 <= int(r["steps_measured"]) < 2 * 29
+        assert float(r["projected_s"]) == pytest.approx(500 * float(r["step_ms_median"]) / 1000, rel=1e-3)
+    assert "for effective batch 2 (" in proc.stderr

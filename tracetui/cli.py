@@ -185,6 +185,19 @@ def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str 
     return rows, None
 
 
+def write_and_report(results, ns, log_path: str | None) -> int:
+    """Write the outputs, say the verdict and the advice on stderr; the exit status for it."""
+    from .analysis import recommendation, verdict
+
+    rows, err = finish_outputs(results, ns, log_path)
+    if err:
+        sys.stderr.write(f"tracetui: error: {err}\n")
+    for line in (verdict(rows), recommendation(rows)):
+        if line:
+            sys.stderr.write(f"tracetui: {line}\n")
+    return EXIT_NONE_OK if err else EXIT_OK
+
+
 def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
     """Run ``sweep`` (default: a :class:`Sweep` of ``cfg``) with progress on stderr; write outputs."""
     from .analysis import Results, recommendation, verdict

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .cli import EXIT_NONE_OK, EXIT_OK, UsageError, _out_args, _Parser, finish_outputs
+from .cli import EXIT_NONE_OK, UsageError, _out_args, _Parser, write_and_report
 
 
 def _show_parser() -> _Parser:
@@ -19,7 +19,7 @@ def _show_parser() -> _Parser:
 
 
 def show_main(argv: list[str]) -> int:
-    from .analysis import Results, recommendation, verdict
+    from .analysis import Results
     from .store import read_events
 
     ns = _show_parser().parse_args(argv)
@@ -37,14 +37,7 @@ def show_main(argv: list[str]) -> int:
         from .tui.app import run_replay
 
         return run_replay(report.events, ns, skipped=report.summary())
-    rows, err = finish_outputs(results, ns, None)
-    if err:
-        sys.stderr.write(f"tracetui: error: {err}\n")
-        return EXIT_NONE_OK
-    for line in (verdict(rows), recommendation(rows)):
-        if line:
-            sys.stderr.write(f"tracetui: {line}\n")
-    return EXIT_OK
+    return write_and_report(results, ns, None)
 
 
 def _watch_parser() -> _Parser:
@@ -61,7 +54,7 @@ def watch_main(argv: list[str]) -> int:
     import signal
     import threading
 
-    from .analysis import Results, recommendation, verdict
+    from .analysis import Results
     from .attach import ListenerError, SocketListener, default_socket_path
     from .cli import progress_printer
     from .runner.sweep import new_sweep_id
@@ -99,14 +92,7 @@ def watch_main(argv: list[str]) -> int:
         log.close()
     if listener.dropped_total:
         sys.stderr.write(f"tracetui: {listener.describe_drops()}\n")
-    rows, err = finish_outputs(results, ns, str(log.path))
-    if err:
-        sys.stderr.write(f"tracetui: error: {err}\n")
-        return EXIT_NONE_OK
-    for line in (verdict(rows), recommendation(rows)):
-        if line:
-            sys.stderr.write(f"tracetui: {line}\n")
-    return EXIT_OK
+    return write_and_report(results, ns, str(log.path))
 
 
 def _sweep_parser() -> _Parser:

@@ -122,11 +122,14 @@ class Probe(TrainerCallback):
         self._handles.append(self._model.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
         self._handles.append(self._model.register_forward_hook(self._fwd_post, with_kwargs=True))
 
-    def detach(self) -> None:
+    def _remove_hooks(self) -> None:
         for h in self._handles + self._tail_handles:
             h.remove()
         self._handles.clear()
         self._tail_handles.clear()
+
+    def detach(self) -> None:
+        self._remove_hooks()
         self._attached = False
 
     def pause(self) -> None:
@@ -135,10 +138,7 @@ class Probe(TrainerCallback):
         Lets a benchmark switch the probe off and on inside one process to measure its cost."""
         if not self.enabled:
             return
-        for h in self._handles + self._tail_handles:
-            h.remove()
-        self._handles.clear()
-        self._tail_handles.clear()
+        self._remove_hooks()
         self.enabled = False
 
     def resume(self) -> None:

@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+# The tests never download: offline mode for the hub and datasets, set before either is imported
+# (both read it once, at import). A hub id then fails at once instead of retrying a network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

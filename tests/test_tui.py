@@ -73,6 +73,12 @@ def test_live_sweep_in_app(tmp_path):
             await pilot.press("s")
             await pilot.pause(0.2)
             assert list(tmp_path.glob("*.svg"))
+            # r runs the split under the run list's cursor (the first, 1x4) once more
+            app.query_one(RunList).focus()
+            await pilot.press("r")
+            await _wait(pilot, lambda: len(app.results.runs) == 4
+                        and all(r.status == "ok" for r in app.results.runs.values()), 120)
+            assert sorted(r.label for r in app.results.runs.values()) == ["1x4", "1x4", "2x2", "4x1"]
             await pilot.press("q")
             await pilot.pause(0.5)
 

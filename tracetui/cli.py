@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(msg: str, code: int = EXIT_USAGE) -> int:
-    sys.stderr.write(f"tracetui: error: {msg}\n")
+    # The message may quote what the user typed: keep it on one line whatever that holds.
+    line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in msg)
+    sys.stderr.write(f"tracetui: error: {line}\n")
     return code
 
 

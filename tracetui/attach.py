@@ -226,6 +226,9 @@ def _make_trace_callback():
                             world_size=world, rank=rank, pid=os.getpid(), env=env, mode="attach",
                             config={"steps": int(state.max_steps or 0), "warmup": self.warmup},
                             max_steps=int(state.max_steps or 0)))
+            if not self.cuda:
+                self._emit(make("notice", self.run_id, level="info",
+                                message="running on the CPU; phases timed with the host clock"))
             if self.cuda and self.gpu_samples:
                 from .probe.gpu import GpuSampler
 

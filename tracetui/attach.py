@@ -56,7 +56,10 @@ class SocketSink:
         self.jsonl_path = jsonl_path
         self.quiet = quiet
         self._buf: collections.deque = collections.deque()
-        self._history: list[dict] = []  # this run's events, replayed into the file on a break
+        # This run's events, replayed into the file if the listener goes away: every step and run
+        # event, and the latest GPU samples (a day of 10 Hz samples would not fit in memory).
+        self._history: list[dict] = []
+        self._gpu_history: collections.deque = collections.deque(maxlen=20_000)
         self._cv = threading.Condition()
         self._closing = False
         self._sock: socket.socket | None = None
@@ -94,7 +97,7 @@ class SocketSink:
             return
         if not self.quiet:
             sys.stderr.write(f"tracetui: no watcher at {self.socket_path}; events kept in {self.jsonl_path}\n")
-        for e in self._history:  # everything since the run began: the file is complete
+        for e in sorted(self._history + list(self._gpu_history), key=lambda e: e["t"]):
             self._write_file(e)
 
     def _write_file(self, event: dict) -> None:
@@ -102,6 +105,9 @@ class SocketSink:
             self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
             self._file.flush()
             self.to_file += 1
+
+    def _remember(self, event: dict) -> None:
+        (self._gpu_history if event.get("type") == "gpu" else self._history).append(event)
 
     def _loop(self) -> None:
         self._connect()
@@ -118,13 +124,12 @@ class SocketSink:
                     try:
                         self._sock.sendall((json.dumps(event, separators=(",", ":")) + "\n").encode())
                         self.sent += 1
-                        self._history.append(event)
+                        self._remember(event)
                         continue
                     except OSError:  # the listener went away mid-run
                         self._sock.close()
                         self._sock = None
                         self._open_file()
-                self._history.append(event)
                 self._write_file(event)
         if self._sock is not None:
             self._sock.close()

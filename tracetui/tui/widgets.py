@@ -108,17 +108,28 @@ class RunList(DataTable):
                 self.add_row(*cells, key=rid)
 
 
-class PhaseChart(PlotextPlot):
-    """Stacked bars: the median phases of an optimizer step, per split (ms)."""
+class Chart(PlotextPlot):
+    """A plotext chart redrawn from scratch on each update."""
 
-    def update_from(self, rows: list[dict]) -> None:
+    def start(self, has_data: bool, empty_title: str):
+        """Clear the figure; with no data, show ``empty_title`` and return None, else the plot."""
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        rows = [r for r in rows if r.get("step_ms_median")]
-        if not rows:
-            plt.title("waiting for measured steps")
+        if not has_data:
+            plt.title(empty_title)
             self.refresh()
+            return None
+        return plt
+
+
+class PhaseChart(Chart):
+    """Stacked bars: the median phases of an optimizer step, per split (ms)."""
+
+    def update_from(self, rows: list[dict]) -> None:
+        rows = [r for r in rows if r.get("step_ms_median")]
+        plt = self.start(bool(rows), "waiting for measured steps")
+        if plt is None:
             return
         labels = [r["split"] for r in rows]
         data = [[r.get(p) or 0.0 for r in rows] for p in PHASES]
@@ -127,17 +138,13 @@ class PhaseChart(PlotextPlot):
         self.refresh()
 
 
-class StepChart(PlotextPlot):
+class StepChart(Chart):
     """Step time over steps of one run (the running one), warm-up steps marked apart."""
 
     def update_from(self, run: RunData | None) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
         steps = [s for s in (run.steps[-STEP_WINDOW:] if run else []) if s.get("rank", 0) == 0]
-        if not steps:
-            plt.title("step time (ms): no steps yet")
-            self.refresh()
+        plt = self.start(bool(steps), "step time (ms): no steps yet")
+        if plt is None:
             return
         warm = [s for s in steps if s.get("warmup")]
         meas = [s for s in steps if not s.get("warmup")]
@@ -150,17 +157,13 @@ class StepChart(PlotextPlot):
         self.refresh()
 
 
-class ThroughputChart(PlotextPlot):
+class ThroughputChart(Chart):
     """Tokens per second per split."""
 
     def update_from(self, rows: list[dict]) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
         rows = [r for r in rows if r.get("tokens_per_s")]
-        if not rows:
-            plt.title("throughput (tokens/s): waiting for measured steps")
-            self.refresh()
+        plt = self.start(bool(rows), "throughput (tokens/s): waiting for measured steps")
+        if plt is None:
             return
         plt.bar([r["split"] for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
                 orientation="horizontal")
@@ -168,17 +171,13 @@ class ThroughputChart(PlotextPlot):
         self.refresh()
 
 
-class GpuChart(PlotextPlot):
+class GpuChart(Chart):
     """GPU utilisation % and memory used over time, from the NVML samples of one run."""
 
     def update_from(self, run: RunData | None) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
         samples = run.gpu[-GPU_WINDOW:] if run else []
-        if not samples:
-            plt.title("GPU: no samples")
-            self.refresh()
+        plt = self.start(bool(samples), "GPU: no samples")
+        if plt is None:
             return
         t0 = samples[0]["t"]
         xs = [s["t"] - t0 for s in samples]

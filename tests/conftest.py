@@ -2,6 +2,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,15 @@ def run_cli(*args, cwd=None, timeout=600, env=None):
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run([sys.executable, "-m", "tracetui", *map(str, args)], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def wait_until(pred, timeout=120):
+    """Poll ``pred`` until it is true; fail after ``timeout`` seconds."""
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
 
 
 def read_csv(path):

@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import ROOT, read_csv, run_cli
+from .conftest import wait_until as _wait_for, ROOT, read_csv, run_cli
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -35,13 +34,6 @@ def _watch(sock, out, runs, cwd):
                              "-o", str(out), "--runs-dir", str(runs)], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
-
-def _wait_for(pred, timeout=60):
-    t0 = time.monotonic()
-    while not pred():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError("timed out")
-        time.sleep(0.1)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tracetui.cli import main
 from tracetui.store import read_events
 
-from .conftest import ROOT, read_csv, run_cli
+from .conftest import wait_until as _wait, ROOT, read_csv, run_cli
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -38,13 +38,6 @@ def _events(runs: Path) -> list[dict]:
     log = _log(runs)
     return read_events([log]).events if log else []
 
-
-def _wait(pred, timeout=120):
-    t0 = time.monotonic()
-    while not pred():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError("timed out")
-        time.sleep(0.1)
 
 
 def _alive(pid: int) -> bool:

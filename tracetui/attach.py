@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .events import RUN_FINISHED, RUN_STARTED, SchemaError, make, validate
+from .events import RUN_FINISHED, RUN_STARTED, make, parse_line
 
 #: the longest line (one event) a listener accepts, in bytes
 MAX_LINE = 64 * 1024
@@ -442,15 +442,9 @@ class SocketListener:
             return
         if not line.strip():
             return
-        try:
-            event = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            self._drop("invalid JSON")
-            return
-        try:
-            validate(event)
-        except SchemaError:
-            self._drop("schema mismatch")
+        event, why = parse_line(line)
+        if event is None:
+            self._drop("invalid JSON" if why == "not JSON" else "schema mismatch")
             return
         self.accepted += 1
         self.on_event(event)

@@ -85,6 +85,21 @@ def validate(event: Any) -> dict:
     return event
 
 
+def parse_line(line: bytes | str) -> tuple[dict | None, str | None]:
+    """One JSONL line from outside (a log file, the attach socket) as ``(event, None)``, or
+    ``(None, reason)`` with reason ``not JSON``, ``unknown schema version`` or ``schema mismatch``."""
+    import json
+
+    try:
+        event = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None, "not JSON"
+    try:
+        return validate(event), None
+    except SchemaError as exc:
+        return None, "unknown schema version" if "schema version" in str(exc) else "schema mismatch"
+
+
 def make(etype: str, run_id: str, **payload: Any) -> dict:
     """Build an event dict of ``etype`` stamped with the schema version and the time now."""
     event = {"v": SCHEMA_VERSION, "type": etype, "run_id": run_id, "t": time.time()}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
 
-from .events import SchemaError, validate
+from .events import parse_line
 
 #: lines longer than this are not events (and not read into memory whole)
 MAX_LINE = 1 << 20
@@ -85,14 +85,9 @@ def read_events(paths: Iterable[str | os.PathLike], report: ReadReport | None = 
                 line = raw.strip()
                 if not line:
                     continue
-                try:
-                    event = json.loads(line)
-                except (ValueError, UnicodeDecodeError):
-                    report.skip("not JSON (truncated or garbage)")
-                    continue
-                try:
-                    report.events.append(validate(event))
-                except SchemaError as exc:
-                    reason = "unknown schema version" if "schema version" in str(exc) else "schema mismatch"
-                    report.skip(reason)
+                event, why = parse_line(line)
+                if event is not None:
+                    report.events.append(event)
+                else:
+                    report.skip("not JSON (truncated or garbage)" if why == "not JSON" else why)
     return report

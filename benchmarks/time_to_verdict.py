@@ -49,10 +49,11 @@ def compare(fixed: dict, adaptive: dict) -> bool:
     rank_f = sorted(f, key=lambda k: f[k]["step_ms_median"])
     rank_a = sorted(a, key=lambda k: a[k]["step_ms_median"])
     print(f"{'split':>6} | {'fixed steps':>11} {'median ms':>10} {'train s':>8} | {'adaptive steps':>14} "
-          f"{'median ms':>10} {'train s':>8}")
+          f"{'median ms':>10} {'train s':>8}  stopped")
     for k in rank_f:
         print(f"{k:>6} | {f[k]['steps_measured']:>11} {f[k]['step_ms_median']:>10.1f} {f[k]['train_runtime_s']:>8.1f} | "
-              f"{a[k]['steps_measured']:>14} {a[k]['step_ms_median']:>10.1f} {a[k]['train_runtime_s']:>8.1f}")
+              f"{a[k]['steps_measured']:>14} {a[k]['step_ms_median']:>10.1f} {a[k]['train_runtime_s']:>8.1f}  "
+              f"{a[k].get('stop_reason') or 'at the cap'}")
     tf = sum(s["train_runtime_s"] for s in f.values())
     ta = sum(s["train_runtime_s"] for s in a.values())
     same = rank_f == rank_a

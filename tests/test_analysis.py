@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import (Results, confident, median, median_ci, bootstrap_medians, order_stat_ci,
-                               recommendation, summarise, verdict)
-from tracetui.config import Split
+                               recommendation, settle_interval, settled, stop_reason, summarise, verdict)
+from tracetui.config import Split, SweepConfig
 from tracetui.events import make
-from tracetui.runner.sweep import interleave
+from tracetui.runner.sweep import interleave, plan_runs
 from tracetui.store import read_events
 
 from .conftest import read_csv, run_cli
@@ -105,6 +105,54 @@ def test_interleaved_order():
                                                              "1x4", "2x2", "4x1"]
 
 
+def test_until_confident_measures_the_cheapest_split_first():
+    a, b, c, d = Split(1, 4), Split(2, 2), Split(4, 1), Split(8, 1)
+    cfg = SweepConfig(effective_batch=[4, 8], until_confident=2.0, repeats=2)
+    assert [s.label for s, _ in plan_runs(cfg, [a, b, d, c])] == ["4x1", "2x2", "1x4", "8x1",
+                                                                 "8x1", "1x4", "2x2", "4x1"]
+    cfg.until_confident = None  # without it, the order given
+    assert [s.label for s, _ in plan_runs(cfg, [a, b, d, c])][:4] == ["1x4", "2x2", "8x1", "4x1"]
+
+
+def walls_of(events, split):
+    runs = {e["run_id"] for e in events if e["type"] == "run_started" and e["label"] == split}
+    return [e["wall_ms"] for e in events if e["type"] == "step" and e["run_id"] in runs and not e["warmup"]]
+
+
+def test_stop_rule_on_recorded_h200_steps():
+    ev = recorded()
+    fast, mid, slow = walls_of(ev, "4x1"), walls_of(ev, "2x2"), walls_of(ev, "1x4")
+    ref = [settle_interval(fast)]
+    # 1x4 is ~3.8x slower: ten steps settle where it ranks against 4x1's full run...
+    assert settled(slow[:10], ref) and stop_reason(slow[:10], 0.1, 10, ref) == "settled"
+    # ...but not before --min-steps, and not against nothing measured before it.
+    assert stop_reason(slow[:9], 0.1, 10, ref) is None and not settled(slow[:10], [])
+    # Two halves of one split are one distribution: never "settled" apart, at any length (below
+    # 7 steps no 97.5% interval exists: two steps 1 ms apart would otherwise look settled).
+    assert not any(settled(fast[:k], [settle_interval(fast[12:])]) for k in range(2, 13))
+    assert not confident([100.0, 100.1], 2) and not confident([100.0] * 5, 2) and confident([100.0] * 6, 2)
+    # Clear of one earlier split is not enough: it must be clear of every one.
+    assert settled(mid[:10], ref) and not settled(mid[:10], ref + [settle_interval(mid[10:])])
+    # Precision is checked first: a loose enough target stops on "precise".
+    assert stop_reason(fast[:10], 50, 10, []) == "precise"
+
+
+@pytest.mark.slow
+def test_until_confident_later_splits_stop_once_settled(tmp_path):
+    """4x1 goes first and, at an unreachable 0.01%, runs to the cap; 1x4, about twice as slow on
+    this CPU, stops as soon as its interval is clear of 4x1's."""
+    out = tmp_path / "u.csv"
+    proc = run_cli("--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 30, "--warmup", 1,
+                   "--seq-len", 64, "--until-confident", 0.01, "--min-steps", 6, "--runs-dir", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr
+    order = [l.split("] ")[1].split(":")[0] for l in proc.stderr.splitlines() if "started on" in l]
+    assert order == ["4x1", "1x4"]
+    rows = {r["split"]: r for r in read_csv(out)}
+    assert rows["4x1"]["steps_measured"] == "29" and rows["4x1"]["stop_reason"] == ""
+    assert rows["1x4"]["stop_reason"] == "settled" and 6 <= int(rows["1x4"]["steps_measured"]) < 29
+    assert "4x1 is" in proc.stderr and "faster than 1x4" in proc.stderr
+
+
 @pytest.mark.slow
 def test_repeats_and_until_confident_end_to_end(tmp_path):
     out = tmp_path / "r.csv"
@@ -113,7 +161,7 @@ def test_repeats_and_until_confident_end_to_end(tmp_path):
                    "--project-steps", 500, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
     order = [l.split("] ")[1].split(":")[0] for l in proc.stderr.splitlines() if "started on" in l]
-    assert order == ["1x2#1", "2x1#1", "2x1#2", "1x2#2"]
+    assert order == ["2x1#1", "1x2#1", "1x2#2", "2x1#2"]  # cheapest first
     rows = read_csv(out)
     for r in rows:
         assert r["runs"] == "2" and r["repeat_spread_pct"] != ""

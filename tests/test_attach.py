@@ -107,6 +107,20 @@ def test_sweep_runs_unmodified_script_per_split(tmp_path):
         ("1x4", "ok", "4"), ("2x2", "ok", "4"), ("4x1", "ok", "4")]
 
 
+@pytest.mark.slow
+def test_sweep_until_confident_stops_the_script_once_settled(tmp_path):
+    """The stopping rule reaches the script's own Trainer: 4x1 first, to its cap at an
+    unreachable 0.01%; 1x4 ends its training early once its rank is settled."""
+    out = tmp_path / "s.csv"
+    proc = run_cli("sweep", "--splits", "1x4,4x1", "--warmup", 1, "--until-confident", 0.01, "--min-steps", 5,
+                   "--export", "csv", "-o", out, "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE,
+                   "--no_trace", "--max_steps", 24, "--logging_steps", 100, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["split"]: r for r in read_csv(out)}
+    assert rows["4x1"]["steps_measured"] == "23" and rows["4x1"]["stopped_early"] == "False"
+    assert rows["1x4"]["stop_reason"] == "settled" and 5 <= int(rows["1x4"]["steps_measured"]) < 23
+
+
 def test_sweep_refuses_fixed_split_flags():
     proc = run_cli("sweep", "--splits", "1x4", "--", sys.executable, EXAMPLE, "--gradient_accumulation_steps=4")
     assert proc.returncode == 2

@@ -176,7 +176,7 @@ def _make_trace_callback():
                      quiet: bool = False):
             self.run_id_base = run_id or _run_id()
             warm = int(os.environ.get("TRACETUI_WARMUP", 3)) if warmup is None else warmup
-            super().__init__(self._emit, self.run_id_base, warmup=warm)
+            super().__init__(self._emit, self.run_id_base, warmup=warm, stop_after=_stop_rule_from_env())
             self.socket_path = socket_path or default_socket_path()
             self.jsonl_path = jsonl_path
             self.gpu_samples = gpu_samples
@@ -234,6 +234,11 @@ def _make_trace_callback():
             if not self.cuda:
                 self._emit(make("notice", self.run_id, level="info",
                                 message="running on the CPU; phases timed with the host clock"))
+            if self.stop_after is not None and world > 1:
+                # Ranks deciding apart would leave some waiting in an all-reduce for ever.
+                self.stop_after = None
+                self._emit(make("notice", self.run_id, level="warning",
+                                message="--until-confident is not applied under data parallel; every step runs"))
             if self.cuda and self.gpu_samples:
                 from .probe.gpu import GpuSampler
 
@@ -270,12 +275,27 @@ def _make_trace_callback():
                     self.sampler.stop()
                 if self.sink is not None:
                     self.sink.emit(make(RUN_FINISHED, self.run_id, rank=self.rank, steps=int(state.global_step),
-                                        train_runtime_s=time.time() - (self._t0 or time.time())))
+                                        train_runtime_s=time.time() - (self._t0 or time.time()),
+                                        stopped_early=self.stop_reason is not None, stop_reason=self.stop_reason))
                     self.sink.close()
             except Exception:  # noqa: BLE001 - never break the user's training
                 pass
 
     return TraceCallback
+
+
+def _stop_rule_from_env():
+    """``tracetui sweep --until-confident``: the stopping rule the sweep hands the script's
+    process (``TRACETUI_UNTIL_CONFIDENT=PCT:MIN_STEPS``, ``TRACETUI_REFERENCES``: the earlier
+    splits' intervals as JSON)."""
+    rule = os.environ.get("TRACETUI_UNTIL_CONFIDENT")
+    if not rule:
+        return None
+    from .analysis import stop_reason
+
+    pct, least = rule.split(":")
+    refs = [tuple(r) for r in json.loads(os.environ.get("TRACETUI_REFERENCES") or "[]")]
+    return lambda walls: stop_reason(walls, float(pct), int(least), refs)
 
 
 def _cuda_ready() -> bool:

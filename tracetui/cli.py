@@ -113,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted before any run started", EXIT_INTERRUPTED)
     if getattr(ns, "dry_run", False):
-        from .runner.sweep import interleave
+        from .runner.sweep import plan_runs
 
         ws = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
-        for n, (split, rep) in enumerate(interleave(splits, cfg.repeats), 1):
+        for n, (split, rep) in enumerate(plan_runs(cfg, splits), 1):
             print(f"run {n}: {split.label}{ws} (effective batch {split.effective_batch * cfg.world_size}"
-                  + (f", repeat {rep + 1}" if cfg.repeats > 1 else "") + f"), {cfg.steps} steps, {cfg.model}")
+                  + (f", repeat {rep + 1}" if cfg.repeats > 1 else "") + f"), {'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps, {cfg.model}")
         return EXIT_OK
     sweep = None
     if cfg.world_size > 1:

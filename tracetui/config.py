@@ -262,6 +262,9 @@ def validate(cfg: SweepConfig) -> list[Split]:
                               "give e.g. 2 (stop once the median is known to within 2%)")
         if cfg.min_steps < 2:
             raise ConfigError("--min-steps", f"must be at least 2, got {cfg.min_steps}", "give e.g. 10")
+        if cfg.world_size > 1:
+            raise ConfigError("--until-confident", "cannot stop data-parallel runs early (every rank would have to "
+                              "agree on each step)", "drop it, or measure with --nproc-per-node 1")
         if cfg.warmup + cfg.min_steps > cfg.steps:
             raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
                               "raise --steps (the most steps a split may take) or lower --min-steps")
@@ -464,7 +467,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--runs-dir", default=S, help="where event logs go (default tracetui_runs)")
     g.add_argument("--sample-hz", default=S, help="GPU samples per second (default 10)")
     g.add_argument("--until-confident", nargs="?", const=2.0, default=S, metavar="PCT",
-                   help="stop a split once its median step time is known to within PCT%% (default 2); "
+                   help="stop a split once its median step time is known to within PCT%% (default 2), or "
+                        "once its interval is clear of every split measured before it (cheapest split first); "
                         "--steps is then the most steps a split may take")
     g.add_argument("--min-steps", default=S, help="measured steps before --until-confident may stop (default 10)")
     g.add_argument("--gpus", default=S, metavar="0,1,...",

@@ -16,7 +16,7 @@ SUMMARY_COLUMNS = [
     "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms", "tokens_per_s", "samples_per_s",
     "speedup_vs_slowest", "speedup_ci_low", "speedup_ci_high", "gpu_util_mean", "peak_mem_gib",
     "mem_total_gib", "energy_j_per_step", "final_loss", "loss_drift_pct", "loss_ok", "train_runtime_s",
-    "repeat_spread_pct", "stopped_early", "comm_ms", "backward_sync_ms", "ranks", "slowest_rank",
+    "repeat_spread_pct", "stopped_early", "stop_reason", "comm_ms", "backward_sync_ms", "ranks", "slowest_rank",
     "rank_spread_pct", "projected_s", "bound", "evidence", "message",
 ]
 

@@ -58,17 +58,19 @@ class Probe(TrainerCallback):
 
     ``emit`` receives plain event dicts; it must not block (the worker's sink queues them).
     ``warmup``: steps whose records are flagged ``warmup`` (measured, shown, not counted).
-    ``stop_after``: optional predicate on the list of measured step walls that ends training
-    early (adaptive stopping); it sets ``control.should_training_stop``.
+    ``stop_after``: optional function of the list of measured step walls that ends training
+    early (adaptive stopping) when it returns a reason (kept in ``stop_reason``); it sets
+    ``control.should_training_stop``.
     """
 
     def __init__(self, emit: Callable[[dict], None], run_id: str, warmup: int = 0,
-                 rank: int = 0, stop_after: Callable[[list[float]], bool] | None = None):
+                 rank: int = 0, stop_after: Callable[[list[float]], str | None] | None = None):
         self.emit = emit
         self.run_id = run_id
         self.warmup = warmup
         self.rank = rank
         self.stop_after = stop_after
+        self.stop_reason: str | None = None
         self.clock = None
         self.cuda = False
         self._torch = None
@@ -294,8 +296,10 @@ class Probe(TrainerCallback):
         self._losses, self._tokens = [], []
         self._samples = self._padded_tokens = 0
         self._resolve(block=False)
-        if self.stop_after is not None and self.stop_after(self._measured_walls):
-            control.should_training_stop = True
+        if self.stop_after is not None and self.stop_reason is None:
+            self.stop_reason = self.stop_after(self._measured_walls) or None
+            if self.stop_reason:
+                control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
         self._resolve(block=True)

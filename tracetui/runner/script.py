@@ -22,7 +22,7 @@ from typing import Callable
 from ..config import ConfigError, Split, SweepConfig
 from ..events import RUN_FAILED, RUN_FINISHED, make
 from ..store import EventLog
-from .sweep import RunSpec, interleave, new_sweep_id
+from .sweep import Measured, RunSpec, new_sweep_id, plan_runs
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
 
@@ -54,7 +54,8 @@ class ScriptSweep:
         self.log = EventLog(self.dir / "events.jsonl")
         ws = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
         self.plan = [RunSpec(f"{self.sweep_id}/{s.label}{ws}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
-                     for s, r in interleave(splits, cfg.repeats)]
+                     for s, r in plan_runs(cfg, splits)]
+        self.measured = Measured(self.plan)
         self.warnings: list[str] = []
         # A private socket: its folder is made 0700 by the listener.
         self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
@@ -72,6 +73,7 @@ class ScriptSweep:
             if event["type"] in (RUN_FINISHED, RUN_FAILED) and event.get("rank", 0) == 0:
                 self._final[event["run_id"]] = "ok" if event["type"] == RUN_FINISHED else event["kind"]
             self.log.append(event)
+            self.measured.observe(event)
             if self.on_event is not None:
                 self.on_event(event)
 
@@ -97,6 +99,7 @@ class ScriptSweep:
         n = sum(1 for s in self.plan if s.split == split)
         spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n)
         self.plan.append(spec)
+        self.measured.add(spec)
         self._stop.clear()
         self.outcomes[spec.run_id] = self._run_one(spec)
         return self.outcomes[spec.run_id]
@@ -108,6 +111,13 @@ class ScriptSweep:
                    TRACETUI_WARMUP=str(self.cfg.warmup), PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([inject, pkg_root] + ([os.environ["PYTHONPATH"]]
                                                                     if os.environ.get("PYTHONPATH") else [])))
+        if self.cfg.until_confident is not None:
+            import json
+
+            with self._lock:
+                refs = self.measured.references(spec.split, self.cfg.min_steps)
+            env.update(TRACETUI_UNTIL_CONFIDENT=f"{self.cfg.until_confident}:{self.cfg.min_steps}",
+                       TRACETUI_REFERENCES=json.dumps(refs))
         cmd = self.command_for(spec)
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus

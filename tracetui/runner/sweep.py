@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import Split, SweepConfig
-from ..events import RUN_FAILED, RUN_FINISHED, make
+from ..events import RUN_FAILED, RUN_FINISHED, STEP, make
 from ..store import EventLog
 
 #: after a worker exits without a final event, how long to keep draining its queue
@@ -48,6 +48,44 @@ def interleave(splits: list[Split], repeats: int) -> list[tuple[Split, int]]:
         seq = splits if r % 2 == 0 else list(reversed(splits))
         order.extend((s, r) for s in seq)
     return order
+
+
+def plan_runs(cfg: SweepConfig, splits: list[Split]) -> list[tuple[Split, int]]:
+    """The order of a sweep's runs. With ``--until-confident`` the split with the fewest
+    accumulation steps of each effective batch goes first: its steps are usually the cheapest,
+    so it is the one measured to full precision, and each later split may stop as soon as its
+    interval is clear of the earlier ones (:func:`tracetui.analysis.stop_reason`)."""
+    if cfg.until_confident is not None:
+        group = {eb: i for i, eb in enumerate(dict.fromkeys(s.effective_batch for s in splits))}
+        splits = sorted(splits, key=lambda s: (group[s.effective_batch], s.grad_accum))
+    return interleave(splits, cfg.repeats)
+
+
+class Measured:
+    """Measured step walls of each split so far in a sweep (rank 0), for ``--until-confident``:
+    a run is handed those of the other splits of its effective batch."""
+
+    def __init__(self, plan: list[RunSpec]):
+        self._split_of = {spec.run_id: spec.split for spec in plan}
+        self._walls: dict[Split, list[float]] = {}
+
+    def add(self, spec: RunSpec) -> None:
+        self._split_of[spec.run_id] = spec.split
+
+    def observe(self, event: dict) -> None:
+        if event.get("type") != STEP or event.get("warmup") or event.get("rank") not in (0, None):
+            return
+        split = self._split_of.get(event.get("run_id"))
+        if split is not None and event.get("wall_ms") is not None:
+            self._walls.setdefault(split, []).append(float(event["wall_ms"]))
+
+    def references(self, split: Split, least: int) -> list[tuple[float, float]]:
+        """Intervals of the other splits of ``split``'s effective batch with ``least`` steps."""
+        from ..analysis import SETTLE_Z, enough_for_interval, settle_interval
+
+        return [settle_interval(w) for s, w in self._walls.items()
+                if s != split and s.effective_batch == split.effective_batch and len(w) >= least
+                and enough_for_interval(len(w), SETTLE_Z)]
 
 
 def new_sweep_id() -> str:
@@ -86,7 +124,8 @@ class Sweep:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
         self.plan = [RunSpec(f"{self.sweep_id}/{s.label}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
-                     for s, r in interleave(splits, cfg.repeats)]
+                     for s, r in plan_runs(cfg, splits)]
+        self.measured = Measured(self.plan)
         self._ctx = mp.get_context("spawn")
         self._stop = threading.Event()
         self._procs: dict[str, object] = {}
@@ -146,6 +185,7 @@ class Sweep:
         n = sum(1 for s in self.plan if s.split == split)
         spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n, gpu=self.lanes[0])
         self.plan.append(spec)
+        self.measured.add(spec)
         self._stop.clear()
         self.outcomes[spec.run_id] = self._run_one(spec)
         return self.outcomes[spec.run_id]
@@ -153,6 +193,7 @@ class Sweep:
     def _emit(self, event: dict) -> None:
         with self._lock:  # lanes run side by side: one writer at a time
             self.log.append(event)
+            self.measured.observe(event)
             if self.on_event is not None:
                 self.on_event(event)
 
@@ -163,6 +204,9 @@ class Sweep:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
         payload = dict(run_id=spec.run_id, config=self.cfg.to_dict(), micro_batch=spec.split.micro_batch,
                        grad_accum=spec.split.grad_accum, repeat=spec.repeat, gpu=spec.gpu, log_path=log_path)
+        if self.cfg.until_confident is not None:
+            with self._lock:
+                payload["references"] = self.measured.references(spec.split, self.cfg.min_steps)
         from . import worker
 
         proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.label}", daemon=True)

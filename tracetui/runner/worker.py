@@ -157,7 +157,8 @@ def run(spec: dict, mp_queue: Any) -> None:
                            message="running on the CPU; phases timed with the host clock"))
         metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
-                       steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False)))
+                       steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
+                       stop_reason=metrics.get("stop_reason")))
     except Interrupted:
         sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
         code = 3
@@ -257,10 +258,10 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
 
     stop = None
     if cfg.until_confident is not None:
-        from ..analysis import confident
+        from ..analysis import stop_reason
 
-        pct, least = cfg.until_confident, cfg.min_steps
-        stop = lambda walls: len(walls) >= least and confident(walls, pct)  # noqa: E731
+        pct, least, refs = cfg.until_confident, cfg.min_steps, spec.get("references") or []
+        stop = lambda walls: stop_reason(walls, pct, least, refs)  # noqa: E731
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra)
@@ -271,6 +272,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     metrics = dict(result.metrics)
     metrics["steps"] = trainer.state.global_step
     metrics["stopped_early"] = trainer.state.global_step < cfg.steps
+    metrics["stop_reason"] = probe.stop_reason if probe is not None and metrics["stopped_early"] else None
     del trainer
     if device == "cuda":
         torch.cuda.empty_cache()

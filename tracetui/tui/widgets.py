@@ -263,7 +263,7 @@ class SummaryTable(DataTable):
                 _fmt(r.get("optimizer_ms")), _fmt(r.get("other_ms")), _fmt(r.get("tokens_per_s"), ".0f"),
                 Text(speed, style=style), _fmt(r.get("gpu_util_mean"), ".0f"), _fmt(r.get("peak_mem_gib"), ".2f"),
                 _fmt(r.get("energy_j_per_step"), ".0f"), loss,
-                str(r.get("steps_measured", 0)) + (" (early)" if r.get("stopped_early") else ""),
+                str(r.get("steps_measured", 0)) + (f" ({r.get('stop_reason') or 'early'})" if r.get("stopped_early") else ""),
                 str(r.get("runs", 1)) + (f" ±{r['repeat_spread_pct'] / 2:.1f}%" if r.get("repeat_spread_pct") is not None else ""),
                 f"{r.get('bound') or '-'}" + (f": {r['evidence']}" if r.get("evidence") and r.get("bound") else ""),
                 fmt_duration(r["projected_s"]) if r.get("projected_s") else "-", r.get("gpus") or "-", _fmt(r.get("comm_ms")), _ranks_cell(r),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import (Results, confident, median, median_ci, bootstrap_medians, order_stat_ci,
-                               recommendation, settle_interval, settled, stop_reason, summarise, verdict)
+                               recommendation, settle_interval, settled, stop_reason, StopRule, summarise, verdict)
 from tracetui.config import Split, SweepConfig
 from tracetui.events import make
 from tracetui.runner.sweep import interleave, plan_runs
@@ -135,6 +135,18 @@ def test_stop_rule_on_recorded_h200_steps():
     assert settled(mid[:10], ref) and not settled(mid[:10], ref + [settle_interval(mid[10:])])
     # Precision is checked first: a loose enough target stops on "precise".
     assert stop_reason(fast[:10], 50, 10, []) == "precise"
+
+
+def test_stop_rule_must_hold_for_three_steps():
+    rule = StopRule(2.0, 6, [])
+    steady = [100.0] * 6
+    assert rule(steady) is None and rule(steady) is None  # judged once per new step, not per call
+    assert rule(steady + [100.0]) is None and rule(steady + [100.0] * 2) == "precise"
+    rule = StopRule(2.0, 6, [])
+    spread = [100.0] * 6 + [150.0] * 6
+    calls = [rule([100.0] * 6), rule([100.0] * 7), rule(spread), rule(spread + [125.0] * 20),
+             rule(spread + [125.0] * 21), rule(spread + [125.0] * 22)]
+    assert calls == [None, None, None, None, None, "precise"]  # a break in the streak starts it again
 
 
 @pytest.mark.slow

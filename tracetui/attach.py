@@ -291,11 +291,11 @@ def _stop_rule_from_env():
     rule = os.environ.get("TRACETUI_UNTIL_CONFIDENT")
     if not rule:
         return None
-    from .analysis import stop_reason
+    from .analysis import StopRule
 
     pct, least = rule.split(":")
     refs = [tuple(r) for r in json.loads(os.environ.get("TRACETUI_REFERENCES") or "[]")]
-    return lambda walls: stop_reason(walls, float(pct), int(least), refs)
+    return StopRule(float(pct), int(least), refs)
 
 
 def _cuda_ready() -> bool:

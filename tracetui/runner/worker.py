@@ -258,10 +258,9 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
 
     stop = None
     if cfg.until_confident is not None:
-        from ..analysis import stop_reason
+        from ..analysis import StopRule
 
-        pct, least, refs = cfg.until_confident, cfg.min_steps, spec.get("references") or []
-        stop = lambda walls: stop_reason(walls, pct, least, refs)  # noqa: E731
+        stop = StopRule(cfg.until_confident, cfg.min_steps, spec.get("references") or [])
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra)

@@ -9,6 +9,8 @@ per second and the process's CPU use in cores. Goal: at least 1000 step events/s
 
 Three runs: a flood (as fast as the producer and queue go: the drain capacity; the process
 then uses all it can), and steady feeds of 1000 and 2000 events/s (the CPU cost at that load).
+Then a feed of 20 events/s (about what a sweep sends: steps and GPU samples) with and without
+the monitor's CPU budget, side by side: what the monitor takes from the training it measures.
 """
 
 from __future__ import annotations
@@ -108,6 +110,15 @@ def main() -> None:
     ok = results[2000]["events_per_s"] >= 1000 and results[2000]["cpu_cores"] < 1.0
     print(f"goal: >= 1000 step events/s drained on < 1 core (fed at 2000/s): {'met' if ok else 'NOT met'}; "
           f"flood capacity {results[0]['events_per_s']:.0f} events/s")
+    from tracetui.tui import app as app_mod
+
+    budget = app_mod.CPU_BUDGET
+    app_mod.CPU_BUDGET = float("inf")
+    free = asyncio.run(measure(ns.seconds, 20))
+    app_mod.CPU_BUDGET = budget
+    bounded = asyncio.run(measure(ns.seconds, 20))
+    print(f"20 events/s: monitor CPU {free['cpu_cores']:.3f} cores redrawing at every tick, "
+          f"{bounded['cpu_cores']:.3f} with its {budget} core budget (ratio {bounded['cpu_cores'] / free['cpu_cores']:.2f})")
 
 
 if __name__ == "__main__":

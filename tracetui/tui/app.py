@@ -23,6 +23,27 @@ from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import phase_legend, GpuChart, GpuStatus, PhaseChart, RunList, StepChart, SummaryTable, ThroughputChart, Verdict
 
 REFRESH_HZ = 4.0
+#: the monitor's own CPU, in cores, above which it redraws less often: it shares the machine with
+#: the training it measures (on a 2-core CPU box, unbounded redraws slowed the measured steps)
+CPU_BUDGET = 0.15
+#: but the screen is never older than this
+MAX_STALE_S = 2.0
+
+
+class CpuMeter:
+    """This process's CPU use, in cores, over the last ``window`` seconds."""
+
+    def __init__(self, window: float = 2.0):
+        self.window = window
+        self.samples: list[tuple[float, float]] = [(time.monotonic(), time.process_time())]
+
+    def share(self) -> float:
+        now, cpu = time.monotonic(), time.process_time()
+        self.samples.append((now, cpu))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
+            self.samples.pop(0)
+        t0, c0 = self.samples[0]
+        return (cpu - c0) / (now - t0) if now > t0 else 0.0
 
 
 class HelpScreen(ModalScreen):
@@ -73,6 +94,8 @@ class TraceApp(App):
         self.quit_reason = ""
         self._dirty = False
         self._next_summary = 0.0
+        self._last_redraw = 0.0
+        self.cpu = CpuMeter()
         self._quitting = False
         self._focus_run: str | None = None
 
@@ -121,7 +144,8 @@ class TraceApp(App):
         self.apply_events()
         if isinstance(self.source, WatchSource):
             self.sub_title = self.source.describe()
-        if self._dirty:
+        busy = self.cpu.share()
+        if self._dirty and (busy < CPU_BUDGET or time.monotonic() - self._last_redraw >= MAX_STALE_S):
             self.redraw()
 
     def focus_run(self):
@@ -132,6 +156,7 @@ class TraceApp(App):
 
     def redraw(self) -> None:
         self._dirty = False
+        self._last_redraw = time.monotonic()
         # The statistics (bootstrap intervals over every step) cost more as steps pile up, so
         # they are recomputed at most every 4x their own cost: bounded CPU, however long the run.
         now = time.monotonic()

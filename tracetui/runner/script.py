@@ -9,10 +9,12 @@ Offers the same interface as :class:`~tracetui.runner.sweep.Sweep` to the TUI an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,7 +24,7 @@ from typing import Callable
 from ..config import ConfigError, Split, SweepConfig
 from ..events import RUN_FAILED, RUN_FINISHED, make
 from ..store import EventLog
-from .sweep import Measured, RunSpec, new_sweep_id, plan_runs
+from .sweep import Planned, RunSpec, new_sweep_id
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
 
@@ -39,7 +41,7 @@ def check_command(cmd: list[str]) -> None:
                                   "remove it: tracetui sets it for each split")
 
 
-class ScriptSweep:
+class ScriptSweep(Planned):
     def __init__(self, cfg: SweepConfig, splits: list[Split], cmd: list[str],
                  on_event: Callable[[dict], None] | None = None):
         from ..attach import SocketListener
@@ -52,10 +54,8 @@ class ScriptSweep:
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
-        ws = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
-        self.plan = [RunSpec(f"{self.sweep_id}/{s.label}{ws}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
-                     for s, r in plan_runs(cfg, splits)]
-        self.measured = Measured(self.plan)
+        self.id_suffix = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
+        self._make_plan(splits)
         self.warnings: list[str] = []
         # A private socket: its folder is made 0700 by the listener.
         self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
@@ -95,15 +95,6 @@ class ScriptSweep:
         self.interrupted = self._stop.is_set()
         return self.outcomes
 
-    def rerun(self, split: Split) -> str:
-        n = sum(1 for s in self.plan if s.split == split)
-        spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n)
-        self.plan.append(spec)
-        self.measured.add(spec)
-        self._stop.clear()
-        self.outcomes[spec.run_id] = self._run_one(spec)
-        return self.outcomes[spec.run_id]
-
     def _run_one(self, spec: RunSpec) -> str:
         inject = str(Path(__file__).resolve().parent.parent / "inject")
         pkg_root = str(Path(__file__).resolve().parent.parent.parent)
@@ -112,8 +103,6 @@ class ScriptSweep:
                    PYTHONPATH=os.pathsep.join([inject, pkg_root] + ([os.environ["PYTHONPATH"]]
                                                                     if os.environ.get("PYTHONPATH") else [])))
         if self.cfg.until_confident is not None:
-            import json
-
             with self._lock:
                 refs = self.measured.references(spec.split, self.cfg.min_steps)
             env.update(TRACETUI_UNTIL_CONFIDENT=f"{self.cfg.until_confident}:{self.cfg.min_steps}",
@@ -186,9 +175,6 @@ class DdpSweep(ScriptSweep):
         super().__init__(cfg, splits, ["ddp"], on_event=on_event)
 
     def command_for(self, spec: RunSpec) -> list[str]:
-        import json
-        import sys
-
         cfg = self.cfg
         launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.nproc_per_node)]
         if cfg.nnodes > 1:

@@ -88,6 +88,36 @@ class Measured:
                 and enough_for_interval(len(w), SETTLE_Z)]
 
 
+class Planned:
+    """What both kinds of sweep (workers here, scripts in :mod:`.script`) share: the planned runs
+    in order, the steps measured so far, and running one split again (the TUI's ``r``).
+
+    Needs ``cfg``, ``sweep_id``, ``_stop``, ``outcomes`` and ``_run_one``."""
+
+    #: after the split in a run id (``x2``: the world size of a data-parallel run)
+    id_suffix = ""
+
+    def _make_plan(self, splits: list[Split]) -> None:
+        self.plan = [RunSpec(self._run_id(s, r, self.cfg.repeats > 1), s, r) for s, r in plan_runs(self.cfg, splits)]
+        self.measured = Measured(self.plan)
+
+    def _run_id(self, split: Split, repeat: int, numbered: bool) -> str:
+        return f"{self.sweep_id}/{split.label}{self.id_suffix}" + (f"#{repeat + 1}" if numbered else "")
+
+    def _rerun_gpu(self) -> int | None:
+        return None
+
+    def rerun(self, split: Split) -> str:
+        """Run ``split`` once more in this sweep."""
+        n = sum(1 for s in self.plan if s.split == split)
+        spec = RunSpec(self._run_id(split, n, True), split, n, gpu=self._rerun_gpu())
+        self.plan.append(spec)
+        self.measured.add(spec)
+        self._stop.clear()
+        self.outcomes[spec.run_id] = self._run_one(spec)
+        return self.outcomes[spec.run_id]
+
+
 def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
 
@@ -105,7 +135,7 @@ def _ensure_resource_tracker() -> None:
         pass
 
 
-class Sweep:
+class Sweep(Planned):
     """Runs ``splits`` of ``cfg`` one after another.
 
     ``on_event`` is called (in the thread that calls :meth:`run`) with every event after it is
@@ -123,9 +153,7 @@ class Sweep:
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
-        self.plan = [RunSpec(f"{self.sweep_id}/{s.label}" + (f"#{r + 1}" if cfg.repeats > 1 else ""), s, r)
-                     for s, r in plan_runs(cfg, splits)]
-        self.measured = Measured(self.plan)
+        self._make_plan(splits)
         self._ctx = mp.get_context("spawn")
         self._stop = threading.Event()
         self._procs: dict[str, object] = {}
@@ -180,15 +208,8 @@ class Sweep:
     def close(self) -> None:
         self.log.close()
 
-    def rerun(self, split: Split) -> str:
-        """Run ``split`` once more in this sweep (the TUI's ``r``)."""
-        n = sum(1 for s in self.plan if s.split == split)
-        spec = RunSpec(f"{self.sweep_id}/{split.label}#{n + 1}", split, n, gpu=self.lanes[0])
-        self.plan.append(spec)
-        self.measured.add(spec)
-        self._stop.clear()
-        self.outcomes[spec.run_id] = self._run_one(spec)
-        return self.outcomes[spec.run_id]
+    def _rerun_gpu(self) -> int | None:
+        return self.lanes[0]
 
     def _emit(self, event: dict) -> None:
         with self._lock:  # lanes run side by side: one writer at a time

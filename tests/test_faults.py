@@ -205,6 +205,20 @@ def test_show_skips_and_counts_bad_lines(tmp_path):
     assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
 
 
+def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
+    """Piped or from cron, without --export: a one-line error, nothing started or left behind
+    (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""
+    runs = tmp_path / "runs"
+    for args in (["show", DATA], ["--steps", 4, "--warmup", 1, "--runs-dir", runs], ["watch", "--runs-dir", runs],
+                 ["sweep", "--runs-dir", runs, "--", sys.executable, "-c", "pass"]):
+        proc = run_cli(*args, timeout=60)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.strip().splitlines() == [
+            "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
+            "add --export csv (or json) to run without it"]
+    assert not (runs.exists() and any(runs.glob("*/*.log")))  # no worker ever started
+
+
 @pytest.mark.slow
 def test_output_full_disk_keeps_results_in_jsonl(tmp_path):
     runs = tmp_path / "runs"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracetui.config import SweepConfig, validate
+from tracetui.events import make
 from tracetui.runner.sweep import Sweep
 from tracetui.store import read_events
 from tracetui.tui.app import TraceApp
@@ -188,3 +189,23 @@ def test_redraws_hold_off_while_the_monitor_is_over_its_cpu_budget(monkeypatch):
             await _wait(pilot, lambda: app.events_applied > n and not app._dirty, timeout=1)
 
     asyncio.run(drive())
+
+
+def test_live_cpu_training_on_few_cores_warns_to_measure_headless():
+    class Live(ReplaySource):
+        live = True
+
+    def started(run, cores, device="cpu"):
+        return make("run_started", run, label="4x1", micro_batch=4, grad_accum=1, effective_batch=4,
+                    env={"device": device, "cpu_count": cores})
+
+    async def messages(source):
+        app = TraceApp(source)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause(0.3)
+            return [n.message for n in app._notifications]
+
+    warned = asyncio.run(messages(Live([started("a/4x1", 2), started("a/1x4", 2)])))
+    assert len(warned) == 1 and "shares this machine's 2 CPU cores" in warned[0] and "--export csv" in warned[0]
+    for quiet in (Live([started("a/4x1", 64)]), Live([started("a/4x1", 2, "cuda")]), ReplaySource([started("a/4x1", 2)])):
+        assert asyncio.run(messages(quiet)) == []  # many cores, a GPU, or a replay: nothing to say

@@ -31,7 +31,7 @@ async def shoot(app: TraceApp, out: Path, prefix: str, size: tuple[int, int]) ->
             await pilot.pause(0.2)
         await pilot.pause(0.6)
         app.save_screenshot(f"{prefix}_mid_sweep.svg", path=str(out))
-        while app.source.running():
+        while app.source.running() or app._dirty:
             await pilot.pause(0.5)
         await pilot.pause(1.0)
         app.save_screenshot(f"{prefix}_final.svg", path=str(out))

@@ -161,15 +161,23 @@ def test_snapshot_light_theme(snap_compare):
 
 def test_redraws_hold_off_while_the_monitor_is_over_its_cpu_budget(monkeypatch):
     """The monitor shares the machine with the training it measures: over its CPU budget it
-    redraws only once the screen is MAX_STALE_S old."""
+    redraws only once the screen is MAX_STALE_S old, while training runs; once it has ended, at
+    once."""
     from tracetui.tui import app as app_mod
+
+    class Training(ReplaySource):
+        going = True
+
+        def running(self):
+            return self.going
 
     events = recorded()
     first = [e for e in events if e["run_id"].endswith("1x4")]
     later = [e for e in events if not e["run_id"].endswith("1x4")]
     monkeypatch.setattr(app_mod, "CPU_BUDGET", 0.0)  # always over budget
     monkeypatch.setattr(app_mod, "MAX_STALE_S", 1.5)
-    app = TraceApp(ReplaySource(first))
+    source = Training(first)
+    app = TraceApp(source)
 
     async def drive():
         async with app.run_test(size=(100, 30)) as pilot:
@@ -183,6 +191,11 @@ def test_redraws_hold_off_while_the_monitor_is_over_its_cpu_budget(monkeypatch):
             assert app.events_applied == len(events) and runs.row_count == 1
             await _wait(pilot, lambda: runs.row_count == 3, timeout=5)
             assert time.monotonic() - t0 >= 0.5  # drawn at the staleness bound, not at once
+            source.going = False  # training over: the last events are drawn on the next tick
+            n = app.events_applied
+            app.inbox.put(dict(later[-1], run_id=later[-1]["run_id"] + "-last"))
+            await _wait(pilot, lambda: app.events_applied > n and not app._dirty, timeout=1)
+            source.going = True
             monkeypatch.setattr(app_mod, "CPU_BUDGET", 100.0)  # under budget: every tick draws
             n = app.events_applied
             app.inbox.put(dict(later[-1], run_id=later[-1]["run_id"] + "-again"))

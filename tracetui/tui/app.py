@@ -159,7 +159,9 @@ class TraceApp(App):
         if isinstance(self.source, WatchSource):
             self.sub_title = self.source.describe()
         busy = self.cpu.share()
-        if self._dirty and (busy < CPU_BUDGET or time.monotonic() - self._last_redraw >= MAX_STALE_S):
+        # Held back only while training runs: the last events (the verdict) are drawn at once.
+        if self._dirty and (busy < CPU_BUDGET or time.monotonic() - self._last_redraw >= MAX_STALE_S
+                            or not self.source.running()):
             self.redraw()
 
     def focus_run(self):

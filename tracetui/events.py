@@ -23,6 +23,8 @@ GPU = "gpu"
 NOTICE = "notice"
 RUN_FINISHED = "run_finished"
 RUN_FAILED = "run_failed"
+#: what the trainer really runs with, read back once it is built (:mod:`tracetui.probe.settings`)
+RUN_SETTINGS = "run_settings"
 
 #: Failure kinds a run can end with.
 FAIL_KINDS = ("oom", "error", "crashed", "interrupted")
@@ -38,6 +40,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     NOTICE: {"message": (str,)},
     RUN_FINISHED: {},
     RUN_FAILED: {"kind": (str,), "message": (str,)},
+    RUN_SETTINGS: {"settings": (dict,)},
 }
 
 _LIST_FIELDS = {STEP: ("forward_ms", "backward_ms")}

@@ -1,0 +1,149 @@
+"""What the trainer will really do, read back after it is built.
+
+A setting left unset is decided by whichever TRL/transformers release is installed (TRL's
+``SFTConfig`` turns activation checkpointing on, transformers picks a fused AdamW on recent
+torch), and a setting passed may be renamed or ignored. So every run records what its trainer
+and model report at ``on_train_begin``, not what was asked for: the table then says what ran.
+
+Everything here reads attributes only; nothing changes the model or the trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the read-back settings shown as columns (CSV/JSON) and in the monitor's header, in order
+SETTING_COLUMNS = (
+    "activation_checkpointing", "precision_used", "attn_implementation", "optimizer", "loss_type",
+    "dataloader_num_workers", "dataloader_pin_memory", "torch_compile", "use_liger_kernel", "padding_free",
+    "lora_targets_resolved", "lora_dropout_used", "versions",
+)
+
+
+def _arg(args: Any, *names: str, default: Any = None) -> Any:
+    """The first of ``names`` that ``args`` has (transformers renames settings between releases)."""
+    for name in names:
+        if hasattr(args, name):
+            return getattr(args, name)
+    return default
+
+
+def _versions() -> str:
+    import importlib
+
+    parts = []
+    for mod in ("torch", "transformers", "trl", "peft", "accelerate"):
+        try:
+            parts.append(f"{mod} {importlib.import_module(mod).__version__}")
+        except Exception:  # noqa: BLE001 - a library not installed is simply not listed
+            continue
+    return " / ".join(parts)
+
+
+def _checkpointing(model: Any) -> bool | None:
+    """Whether the model will recompute activations in backward: the model's own flag (a PEFT
+    model hands the attribute through to the base model)."""
+    for m in (model, getattr(model, "base_model", None), getattr(getattr(model, "base_model", None), "model", None)):
+        if m is None:
+            continue
+        flag = getattr(m, "is_gradient_checkpointing", None)
+        if isinstance(flag, bool):
+            return flag
+    return None
+
+
+def _lora(model: Any) -> tuple[str | None, float | None, int | None]:
+    """LoRA target modules as PEFT resolved them (``all-linear`` becomes module names)."""
+    cfgs = getattr(model, "peft_config", None)
+    if not isinstance(cfgs, dict) or not cfgs:
+        return None, None, None
+    cfg = cfgs.get("default") or next(iter(cfgs.values()))
+    targets = getattr(cfg, "target_modules", None)
+    if isinstance(targets, (set, list, tuple)):
+        targets = ",".join(sorted(str(t) for t in targets))
+    return (str(targets) if targets is not None else None, getattr(cfg, "lora_dropout", None),
+            getattr(cfg, "r", None))
+
+
+def _precision(args: Any, model: Any) -> str:
+    """Mixed precision as the trainer runs it, with the dtype the frozen weights are held in."""
+    mode = "bf16" if _arg(args, "bf16", default=False) else "fp16" if _arg(args, "fp16", default=False) else "fp32"
+    try:
+        dtype = str(next(p for p in model.parameters() if not p.requires_grad).dtype).replace("torch.", "")
+    except StopIteration:
+        dtype = ""
+    except Exception:  # noqa: BLE001 - a model without parameters() reports the mode alone
+        dtype = ""
+    return f"{mode} (weights {dtype})" if dtype else mode
+
+
+def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
+    """The settings one run really trains with, from its ``TrainingArguments`` and model."""
+    config = getattr(model, "config", None)
+    targets, dropout, rank = _lora(model)
+    opt = None
+    if optimizer is not None:
+        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+        opt = type(inner).__name__
+        defaults = getattr(inner, "defaults", {}) or {}
+        if defaults.get("fused"):
+            opt += " (fused)"
+        elif defaults.get("foreach"):
+            opt += " (foreach)"
+    compiled = bool(_arg(args, "torch_compile", default=False))
+    out: dict[str, Any] = {
+        "activation_checkpointing": _checkpointing(model),
+        "checkpointing_asked": _arg(args, "activation_checkpointing", "gradient_checkpointing"),
+        "checkpointing_kwargs": _arg(args, "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
+        "precision_used": _precision(args, model),
+        "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
+        "optimizer": opt or _arg(args, "optim"),
+        "optim_asked": str(_arg(args, "optim", default="")) or None,
+        "loss_type": _arg(args, "loss_type"),
+        "dataloader_num_workers": _arg(args, "dataloader_num_workers"),
+        "dataloader_pin_memory": _arg(args, "dataloader_pin_memory"),
+        "torch_compile": (f"on ({_arg(args, 'torch_compile_mode') or 'default'})" if compiled else "off"),
+        "use_liger_kernel": _arg(args, "use_liger_kernel"),
+        "padding_free": _arg(args, "padding_free"),
+        "packing": _arg(args, "packing"),
+        "max_length": _arg(args, "max_length", "max_seq_length"),
+        "lora_targets_resolved": targets,
+        "lora_dropout_used": dropout,
+        "lora_r_used": rank,
+        "per_device_train_batch_size": _arg(args, "per_device_train_batch_size"),
+        "gradient_accumulation_steps": _arg(args, "gradient_accumulation_steps"),
+        "learning_rate": _arg(args, "learning_rate"),
+        "lr_scheduler_type": str(_arg(args, "lr_scheduler_type", default="")) or None,
+        "max_grad_norm": _arg(args, "max_grad_norm"),
+        "seed": _arg(args, "seed"),
+        "versions": _versions(),
+    }
+    for key, value in list(out.items()):  # enums and other objects as their plain names
+        if value is not None and not isinstance(value, (bool, int, float, str, list, dict)):
+            out[key] = getattr(value, "value", None) or str(value)
+    if isinstance(out["checkpointing_kwargs"], dict):
+        out["checkpointing_kwargs"] = {str(k): (v if isinstance(v, (bool, int, float, str)) else str(v))
+                                       for k, v in out["checkpointing_kwargs"].items()}
+    return out
+
+
+def describe(settings: dict[str, Any]) -> str:
+    """One line for the monitor's header: what the trainer really does."""
+    if not settings:
+        return ""
+    ckpt = settings.get("activation_checkpointing")
+    parts = [
+        "checkpointing " + ("on" if ckpt else "off" if ckpt is False else "?"),
+        str(settings.get("precision_used") or "?"),
+        f"attn {settings.get('attn_implementation') or '?'}",
+        str(settings.get("optimizer") or "?"),
+    ]
+    if settings.get("loss_type"):
+        parts.append(f"loss {settings['loss_type']}")
+    if settings.get("torch_compile") not in (None, "off"):
+        parts.append(f"compile {settings['torch_compile']}")
+    if settings.get("use_liger_kernel"):
+        parts.append("liger")
+    if settings.get("padding_free"):
+        parts.append("padding-free")
+    return " · ".join(parts)

@@ -177,6 +177,7 @@ def _make_trace_callback():
             self.run_id_base = run_id or _run_id()
             warm = int(os.environ.get("TRACETUI_WARMUP", 3)) if warmup is None else warmup
             super().__init__(self._emit, self.run_id_base, warmup=warm, stop_after=_stop_rule_from_env())
+            self.announce_settings = False  # sent after run_started, below
             self.socket_path = socket_path or default_socket_path()
             self.jsonl_path = jsonl_path
             self.gpu_samples = gpu_samples
@@ -231,6 +232,7 @@ def _make_trace_callback():
                             world_size=world, rank=rank, pid=os.getpid(), env=env, mode="attach",
                             config={"steps": int(state.max_steps or 0), "warmup": self.warmup},
                             max_steps=int(state.max_steps or 0)))
+            self._emit(self.settings_event())  # the script's own settings, as its trainer has them
             if not self.cuda:
                 self._emit(make("notice", self.run_id, level="info",
                                 message="running on the CPU; phases timed with the host clock"))
@@ -276,7 +278,8 @@ def _make_trace_callback():
                 if self.sink is not None:
                     self.sink.emit(make(RUN_FINISHED, self.run_id, rank=self.rank, steps=int(state.global_step),
                                         train_runtime_s=time.time() - (self._t0 or time.time()),
-                                        stopped_early=self.stop_reason is not None, stop_reason=self.stop_reason))
+                                        stopped_early=self.stop_reason is not None, stop_reason=self.stop_reason,
+                                        quiet=self.quiet))
                     self.sink.close()
             except Exception:  # noqa: BLE001 - never break the user's training
                 pass

@@ -205,9 +205,9 @@ def _make_trace_callback():
 
         # -- callback events, each guarded ------------------------------------------------------
         def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self._guard(self._begin, args, state, control, model)
+            self._guard(self._begin, args, state, control, model, kwargs.get("optimizer"))
 
-        def _begin(self, args, state, control, model):
+        def _begin(self, args, state, control, model, optimizer=None):
             from .probe.callback import missing_callback_events
 
             why = missing_callback_events()
@@ -218,7 +218,7 @@ def _make_trace_callback():
             path = self.jsonl_path or os.path.join(
                 "tracetui_runs", "attach", f"{self.run_id_base.replace('/', '_')}-rank{rank}.jsonl")
             self.sink = SocketSink(self.socket_path, path, quiet=self.quiet or rank != 0)
-            Probe.on_train_begin(self, args, state, control, model=model)
+            Probe.on_train_begin(self, args, state, control, model=model, optimizer=optimizer)
             self.rank = rank
             mb = int(args.per_device_train_batch_size)
             ga = int(args.gradient_accumulation_steps)

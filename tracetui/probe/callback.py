@@ -22,7 +22,9 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from ..events import StepRecord
+from ..events import RUN_SETTINGS, StepRecord, make
+from . import quiet
+from .settings import read_back
 from .timing import Mark, make_clock
 
 #: phase charged with the time *up to* an edge of this label
@@ -97,6 +99,14 @@ class Probe(TrainerCallback):
         self._model = None
         self._tail_params: list[Any] = []
         self.device = None
+        #: what the trainer really runs with (:func:`tracetui.probe.settings.read_back`)
+        self.settings: dict[str, Any] = {}
+        #: whether ``on_train_begin`` sends the settings itself (TraceCallback sends them after
+        #: its own run_started)
+        self.announce_settings = True
+        #: the machine's CPU picture over the measured steps (:mod:`tracetui.probe.quiet`)
+        self.quiet: dict[str, Any] = {}
+        self._quiet_start: dict | None = None
 
     # ---- attaching -----------------------------------------------------------------------
     def attach(self, model: Any) -> None:
@@ -229,12 +239,21 @@ class Probe(TrainerCallback):
             self.attach(model)
         self.rank = getattr(args, "process_index", self.rank)
         self.world = int(getattr(args, "world_size", 1) or 1)
+        # The optimizer exists by now (created before on_train_begin): read back what will run.
+        self.settings = read_back(args, model, kwargs.get("optimizer"))
+        if self.announce_settings:
+            self.emit(self.settings_event())
+
+    def settings_event(self) -> dict:
+        return make(RUN_SETTINGS, self.run_id, rank=self.rank, settings=self.settings)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if not self.enabled or self.clock is None:
             return
         if self._last_end is None:
             self._last_end = self.clock.mark("start")
+        if self._step == self.warmup and self._quiet_start is None:
+            self._quiet_start = quiet.snapshot()  # the first measured step begins
         self._mark("step_begin")
 
     def on_substep_end(self, args, state, control, **kwargs):
@@ -303,6 +322,8 @@ class Probe(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self._resolve(block=True)
+        if self._quiet_start is not None:
+            self.quiet = quiet.between(self._quiet_start, quiet.snapshot())
 
     # ---- resolution ------------------------------------------------------------------------
     def _resolve(self, block: bool) -> None:

@@ -37,7 +37,40 @@ def open_nvml(index: int | None = None, uuid: str | None = None) -> tuple[Any, A
     return pynvml, handle, None
 
 
-def read_sample(nvml: Any, handle: Any, gpu_index: int) -> GpuSample:
+#: clock-event reasons that are not the workload's own doing (thermal limits, hardware brakes);
+#: power capping (0x4) and idling are the workload's, and are not flagged
+_SLOWDOWN_BITS = {0x8: "hw-slowdown", 0x20: "sw-thermal", 0x40: "hw-thermal", 0x80: "power-brake"}
+
+
+def slowdown_reasons(nvml: Any, handle: Any) -> str | None:
+    """The GPU's current clock slowdowns that a quiet machine would not have, or None."""
+    fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    if fn is None:
+        return None
+    mask = int(fn(handle))
+    names = [name for bit, name in _SLOWDOWN_BITS.items() if mask & bit]
+    return ",".join(names) or None
+
+
+def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
+    """Compute processes on the GPU other than this one, and the memory they hold (GiB; None
+    where NVML reports the host's process ids, which a container's own pid cannot be matched to:
+    then this process is assumed to be one of the listed)."""
+    import os
+
+    procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    me = os.getpid()
+    if any(p.pid == me for p in procs):
+        others = [p for p in procs if p.pid != me]
+        mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
+        return len(others), mem
+    return max(0, len(procs) - 1), None
+
+
+def read_sample(nvml: Any, handle: Any, gpu_index: int, census: bool = False) -> GpuSample:
+    """One reading; ``census`` also lists the other processes on the GPU (costlier: about once a
+    second)."""
     util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
 
@@ -47,7 +80,11 @@ def read_sample(nvml: Any, handle: Any, gpu_index: int) -> GpuSample:
         except Exception:  # noqa: BLE001 - a counter this GPU does not support
             return None
 
+    others = optional(lambda: other_processes(nvml, handle)) if census else None
     return GpuSample(
+        slowdown=optional(lambda: slowdown_reasons(nvml, handle)),
+        other_procs=others[0] if others else None,
+        other_mem_gib=others[1] if others else None,
         util=float(util),
         mem_used_gib=mem.used / 2**30,
         mem_total_gib=mem.total / 2**30,
@@ -73,6 +110,7 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples = 0
+        self._census_every = max(1, round(hz))  # other processes listed about once a second
 
     def start(self) -> str | None:
         """Start sampling; return why not, if NVML cannot be used."""
@@ -87,7 +125,8 @@ class GpuSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                sample = read_sample(self._nvml, self._handle, self.gpu_index)
+                census = self.samples % self._census_every == 0
+                sample = read_sample(self._nvml, self._handle, self.gpu_index, census=census)
             except Exception as exc:  # noqa: BLE001 - NVML failing mid-run
                 self.emit(make(NOTICE, self.run_id, level="warning",
                                message=f"GPU sampling stopped: NVML failed mid-run ({exc}); timings go on"))

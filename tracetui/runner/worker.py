@@ -158,7 +158,7 @@ def run(spec: dict, mp_queue: Any) -> None:
         metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
-                       stop_reason=metrics.get("stop_reason")))
+                       stop_reason=metrics.get("stop_reason"), quiet=metrics.get("quiet") or {}))
     except Interrupted:
         sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
         code = 3
@@ -219,12 +219,15 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM")
     out_dir = tempfile.mkdtemp(prefix="tracetui-")
+    # Every setting tracetui owns is passed both ways: TRL's SFTConfig turns checkpointing ON
+    # when it is left unset, so "off" must be said, under every name the installed release reads.
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
     extra = {}
-    if cfg.activation_checkpointing:
-        # transformers 5.2x renamed gradient_checkpointing; older releases know only the old name.
-        known = {f.name for f in dataclasses.fields(SFTConfig)}
-        name = "activation_checkpointing" if "activation_checkpointing" in known else "gradient_checkpointing"
-        extra = {name: True, name + "_kwargs": {"use_reentrant": False}}
+    for name in ("activation_checkpointing", "gradient_checkpointing"):
+        if name in known:
+            extra[name] = bool(cfg.activation_checkpointing)
+            if cfg.activation_checkpointing:
+                extra[name + "_kwargs"] = {"use_reentrant": False}
     args = SFTConfig(**extra,
         output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
         max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
@@ -252,6 +255,8 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
 
 def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict) -> dict:
     """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``)."""
+    import shutil
+
     import torch
 
     from ..probe.callback import Probe
@@ -264,14 +269,18 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra)
-    if cfg.memory_limit is not None:
-        # After the imports and the model are in: the cap is on what training may take in all.
-        cap_memory(cfg.memory_limit, device)
-    result = trainer.train()
+    try:
+        if cfg.memory_limit is not None:
+            # After the imports and the model are in: the cap is on what training may take in all.
+            cap_memory(cfg.memory_limit, device)
+        result = trainer.train()
+    finally:
+        shutil.rmtree(trainer.args.output_dir, ignore_errors=True)  # nothing is saved there
     metrics = dict(result.metrics)
     metrics["steps"] = trainer.state.global_step
     metrics["stopped_early"] = trainer.state.global_step < cfg.steps
     metrics["stop_reason"] = probe.stop_reason if probe is not None and metrics["stopped_early"] else None
+    metrics["quiet"] = (probe or extra[0]).quiet
     del trainer
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -285,16 +294,29 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
 
     from transformers import TrainerCallback
 
-    from ..events import StepRecord
+    from ..events import RUN_SETTINGS, StepRecord, make
+    from ..probe import quiet
+    from ..probe.settings import read_back
 
     class Steps(TrainerCallback):
         def __init__(self):
             self.last = None
             self.n = 0
+            self.quiet: dict = {}
+            self._quiet_start = None
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            emit(make(RUN_SETTINGS, run_id, rank=0, settings=read_back(args, model, kwargs.get("optimizer"))))
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self._quiet_start is not None:
+                self.quiet = quiet.between(self._quiet_start, quiet.snapshot())
 
         def on_step_begin(self, args, state, control, **kwargs):
             if self.last is None:
                 self.last = time.perf_counter()
+            if self.n == warmup and self._quiet_start is None:
+                self._quiet_start = quiet.snapshot()
 
         def on_step_end(self, args, state, control, **kwargs):
             now = time.perf_counter()

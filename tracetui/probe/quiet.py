@@ -1,0 +1,109 @@
+"""How quiet the machine was while a run measured its steps.
+
+Host-bound training is slowed by anything else wanting a core, and a GPU shared with another
+process or held back by its clocks gives slower steps than the split deserves. A ranking that
+rests on such a run is a ranking of the machine's mood, so each run records, over its measured
+steps: CPU time that other processes used (``/proc/stat`` less this process's own ``rusage``),
+time stolen by the hypervisor, and (from the GPU samples, see :mod:`.gpu`) other processes on
+its GPU and throttling. :func:`judge` turns that into a one-line reason to hold a verdict back.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+#: other processes' CPU use (cores, averaged over the measured steps) above which a run is
+#: flagged: half a core is enough to take turns from a host-bound training thread
+OTHER_CPU_CORES = 0.5
+#: share of CPU time stolen by the hypervisor above which a run is flagged
+STEAL_PCT = 5.0
+#: share of GPU samples with a slowdown that is not the workload's own (thermal, hardware brake)
+THROTTLE_SHARE = 0.1
+
+
+def _proc_stat() -> tuple[float, float] | None:
+    """(busy, steal) CPU seconds of the whole machine since boot, or None where unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            first = fh.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu":
+        return None
+    vals = [int(x) for x in first[1:]]
+    vals += [0] * (8 - len(vals))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = vals[:8]
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    # guest time is already inside user on Linux; idle and iowait are not work
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process (all its threads) and of the children it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def snapshot() -> dict[str, float] | None:
+    stat = _proc_stat()
+    if stat is None:
+        return None
+    return {"t": time.monotonic(), "busy": stat[0], "steal": stat[1], "own": _own_cpu()}
+
+
+def between(a: dict[str, float] | None, b: dict[str, float] | None) -> dict[str, Any]:
+    """The machine's CPU picture between two snapshots of this process."""
+    cores = os.cpu_count() or 1
+    if a is None or b is None or b["t"] <= a["t"]:
+        return {"cores": cores}
+    span = b["t"] - a["t"]
+    other = max(0.0, (b["busy"] - a["busy"]) - (b["own"] - a["own"])) / span
+    steal = 100.0 * (b["steal"] - a["steal"]) / (span * cores)
+    return {"cores": cores, "seconds": round(span, 3), "own_cpu_cores": round((b["own"] - a["own"]) / span, 3),
+            "other_cpu_cores": round(other, 3), "steal_pct": round(max(0.0, steal), 2)}
+
+
+def gpu_picture(samples: list[dict]) -> dict[str, Any]:
+    """From the GPU samples of the measured steps: other processes and throttling."""
+    if not samples:
+        return {}
+    others = [s.get("other_procs") for s in samples if s.get("other_procs") is not None]
+    other_mem = [s.get("other_mem_gib") for s in samples if s.get("other_mem_gib") is not None]
+    throttled = [s for s in samples if s.get("slowdown")]
+    clocks = sorted(s["sm_clock_mhz"] for s in samples if s.get("sm_clock_mhz"))
+    out: dict[str, Any] = {"gpu_samples": len(samples)}
+    if others:
+        out["other_gpu_procs"] = max(others)
+        out["other_gpu_mem_gib"] = round(max(other_mem), 3) if other_mem else None
+    out["slowdown_share"] = round(len(throttled) / len(samples), 3)
+    if throttled:
+        out["slowdown"] = sorted({r for s in throttled for r in str(s["slowdown"]).split(",")})
+    if clocks:
+        out["sm_clock_median_mhz"] = clocks[len(clocks) // 2]
+    return out
+
+
+def judge(quiet: dict[str, Any]) -> str | None:
+    """Why a run's steps were taken on a busy machine (one line), or None if it was quiet."""
+    if not quiet:
+        return None
+    why = []
+    other = quiet.get("other_cpu_cores")
+    if other is not None and other > OTHER_CPU_CORES:
+        why.append(f"other processes used {other:.1f} CPU cores")
+    steal = quiet.get("steal_pct")
+    if steal is not None and steal > STEAL_PCT:
+        why.append(f"the hypervisor took {steal:.0f}% of the CPU")
+    if quiet.get("other_gpu_procs"):
+        mem = quiet.get("other_gpu_mem_gib")
+        why.append(f"{quiet['other_gpu_procs']} other process(es) on the GPU"
+                   + (f" holding {mem:.1f} GiB" if mem else ""))
+    share = quiet.get("slowdown_share") or 0.0
+    if share > THROTTLE_SHARE:
+        why.append(f"the GPU was slowed down ({', '.join(quiet.get('slowdown') or [])}) "
+                   f"in {100 * share:.0f}% of samples")
+    return "; ".join(why) or None

@@ -16,10 +16,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args, cwd=None, timeout=600, env=None):
-    """Run ``python -m tracetui ARGS`` as a real subprocess."""
+    """Run ``python -m tracetui ARGS`` as a real subprocess. A sweep runs one repeat unless the
+    test asks for more (the default of two doubles every sweep's time; the tests that are about
+    repeats say so)."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "tracetui", *map(str, args)], cwd=cwd or ROOT,
+    args = [str(a) for a in args]
+    if "--repeats" not in args and not (args and args[0] in ("show", "watch")):
+        cut = args.index("--") if "--" in args else len(args)
+        args = args[:cut] + ["--repeats", "1"] + args[cut:]
+    return subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def claims_or_holds_back(text: str, *claims: str) -> bool:
+    """True if ``text`` makes every one of ``claims``, or holds its verdict back because the
+    machine was busy while it measured (other processes' CPU time, as tracetui records it: a
+    shared test machine can be busy, and then a ranking must not be claimed)."""
+    return all(c in text for c in claims) or "held back: the machine was busy (" in text
 
 
 def wait_until(pred, timeout=120):

@@ -84,7 +84,7 @@ def test_memory_limit_turns_a_too_large_split_into_oom(tmp_path):
     from tracetui.config import SweepConfig, validate
     from tracetui.runner.sweep import Sweep
 
-    cfg = SweepConfig(effective_batch=[32], splits="32x1,1x32", steps=3, warmup=1, seq_len=1024,
+    cfg = SweepConfig(effective_batch=[32], splits="32x1,1x32", repeats=1, steps=3, warmup=1, seq_len=1024,
                       memory_limit=0.3, device="cuda", runs_dir=str(tmp_path))
     events = []
     sweep = Sweep(cfg, validate(cfg), on_event=events.append)

@@ -36,7 +36,7 @@ def test_ddp_world_size_2_with_gloo(tmp_path):
 
 
 def test_parallel_lanes_on_a_fake_device_list(tmp_path):
-    cfg = SweepConfig(splits="1x4,2x2,4x1", steps=4, warmup=1, seq_len=32, runs_dir=str(tmp_path), device="cpu")
+    cfg = SweepConfig(splits="1x4,2x2,4x1", repeats=1, steps=4, warmup=1, seq_len=32, runs_dir=str(tmp_path), device="cpu")
     sweep = Sweep(cfg, validate(cfg), lanes=[0, 1])
     outcomes = sweep.run()
     sweep.close()

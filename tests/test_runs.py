@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_killed_worker_becomes_crashed_and_sweep_goes_on(tmp_path):
-    cfg = SweepConfig(effective_batch=[2], splits="1x2,2x1", steps=12, warmup=1, seq_len=64,
+    cfg = SweepConfig(effective_batch=[2], splits="1x2,2x1", repeats=1, steps=12, warmup=1, seq_len=64,
                       runs_dir=str(tmp_path))
     seen = []
     killed = {}

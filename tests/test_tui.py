@@ -42,7 +42,7 @@ async def _wait(pilot, predicate, timeout):
 
 @pytest.mark.slow
 def test_live_sweep_in_app(tmp_path):
-    cfg = SweepConfig(splits="1x4,2x2,4x1", steps=4, warmup=1, seq_len=64, runs_dir=str(tmp_path / "runs"))
+    cfg = SweepConfig(splits="1x4,2x2,4x1", repeats=1, steps=4, warmup=1, seq_len=64, runs_dir=str(tmp_path / "runs"))
     sweep = Sweep(cfg, validate(cfg))
     out = tmp_path / "live.csv"
     app = TraceApp(SweepSource(sweep), out_path=str(out),
@@ -91,7 +91,7 @@ def test_live_sweep_in_app(tmp_path):
 
 @pytest.mark.slow
 def test_quit_mid_run_stops_workers_and_keeps_steps(tmp_path):
-    cfg = SweepConfig(splits="1x4,4x1", steps=200, warmup=1, seq_len=64, runs_dir=str(tmp_path / "runs"))
+    cfg = SweepConfig(splits="1x4,4x1", repeats=1, steps=200, warmup=1, seq_len=64, runs_dir=str(tmp_path / "runs"))
     sweep = Sweep(cfg, validate(cfg))
     out = tmp_path / "partial.csv"
     app = TraceApp(SweepSource(sweep), out_path=str(out))

@@ -12,13 +12,17 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .events import GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
+from .events import GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STARTED, STEP
+from .probe.quiet import gpu_picture, judge
+from .probe.settings import SETTING_COLUMNS
 
 BOOTSTRAP = 1000
-#: a split whose final loss differs from its group's median by more than this (relative) is
-#: flagged: bf16 rounding of a sum over micro-batches stays well inside 1% after a few dozen
-#: steps, while a gradient-accumulation normalisation bug shifts loss by tens of percent.
-LOSS_TOLERANCE = 0.02
+#: two splits of one effective batch whose loss curves differ anywhere by more than this
+#: (relative) are flagged, per precision the runs really trained in. Measured: fp32 on the CPU,
+#: ragged rows, 12 steps: 1x4 and 4x1 agree to 1e-6 (0.0001%), LoRA dropout 0.05 included
+#: 0.01%; bf16 on the H200, 30 steps: 0.02%. A gradient-accumulation normalisation bug moves
+#: the loss by whole factors (equal rows) or several percent (ragged rows).
+LOSS_TOLERANCE = {"fp32": 0.001, "bf16": 0.01, "fp16": 0.01}
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -56,6 +60,10 @@ def order_stat_ci(values: list[float], z: float = 1.96) -> tuple[float, float]:
     lo = max(0, math.floor(n / 2 - half))
     hi = min(n - 1, math.ceil(n / 2 + half) - 1)
     return xs[lo], xs[hi]
+
+
+#: the fewest steps a 95% median interval can be formed from (see :func:`enough_for_interval`)
+MIN_INTERVAL_STEPS = 6
 
 
 def enough_for_interval(n: int, z: float = 1.96) -> bool:
@@ -139,19 +147,43 @@ def median_ci(boots: list[float], level: float = 0.95) -> tuple[float, float]:
 def ratio_ci(slow_boots: list[float], fast_boots: list[float], level: float = 0.95) -> tuple[float, float]:
     """Bootstrap interval of median(slow) / median(fast): the two samples were resampled
     independently (different seeds), so pairing their bootstrap medians is a valid draw."""
+    if len(slow_boots) != len(fast_boots) or len(slow_boots) < 2:
+        raise ValueError("ratio_ci needs two bootstrap samples of the same size")
     ratios = [s / f for s, f in zip(slow_boots, fast_boots) if f > 0]
     a = (1 - level) / 2
     return quantile(ratios, a), quantile(ratios, 1 - a)
 
 
-def _boots(results: "Results", key: tuple, walls: list[float]) -> list[float]:
+def hierarchical_medians(per_run: list[list[float]], n: int = BOOTSTRAP, seed: int = 0) -> list[float]:
+    """Bootstrap medians that resample runs, then steps within each drawn run.
+
+    Steps of one process are close; fresh processes of the same split differ far more (on the
+    H200, 288 against 410 ms median). Resampling runs first carries that into the interval, so
+    two invocations of the same sweep get intervals that cover each other's estimates. With one
+    run it is the plain step bootstrap, which covers step noise only."""
+    import numpy as np
+
+    runs = [np.asarray(w, dtype=float) for w in per_run if len(w)]
+    if len(runs) == 1:
+        return bootstrap_medians(runs[0].tolist(), n=n, seed=seed)
+    rng = np.random.default_rng(seed)
+    out = np.empty(n)
+    for b in range(n):
+        picked = rng.integers(0, len(runs), size=len(runs))
+        pooled = np.concatenate([runs[i][rng.integers(0, len(runs[i]), size=len(runs[i]))] for i in picked])
+        out[b] = np.median(pooled)
+    return out.tolist()
+
+
+def _boots(results: "Results", key: tuple, per_run: list[list[float]]) -> list[float]:
     """Bootstrap medians of a group, cached until the group gains steps (live redraws)."""
+    size = tuple(len(w) for w in per_run)
     cached = results.boot_cache.get(key)
-    if cached is not None and cached[0] == len(walls):
+    if cached is not None and cached[0] == size:
         return cached[1]
     seed = zlib.crc32(repr(key).encode())  # stable across processes: same data, same interval
-    boots = bootstrap_medians(walls, seed=seed) if len(walls) > 1 else list(walls)
-    results.boot_cache[key] = (len(walls), boots)
+    boots = hierarchical_medians(per_run, seed=seed)
+    results.boot_cache[key] = (size, boots)
     return boots
 
 
@@ -167,6 +199,10 @@ class RunData:
     status: str = "queued"
     message: str = ""
     finished: dict = field(default_factory=dict)
+    #: what the trainer really ran with (rank 0's read-back)
+    settings: dict = field(default_factory=dict)
+    #: how quiet the machine was over the measured steps (filled by :func:`summarise`)
+    quiet: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -193,6 +229,9 @@ class RunData:
             self.gpu.append(event)
         elif etype == NOTICE:
             self.notices.append(event.get("message", ""))
+        elif etype == RUN_SETTINGS:
+            if event.get("rank", 0) == 0 or not self.settings:
+                self.settings = event.get("settings") or {}
         elif etype == RUN_FINISHED:
             self.status = "ok"
             self.finished = event
@@ -220,8 +259,6 @@ class Results:
             self.add(e)
         return self
 
-    def machines(self) -> list[str]:
-        return sorted({r.machine for r in self.runs.values() if r.started})
 
 
 def _window_gpu(run: RunData, measured: list[dict]) -> list[dict]:
@@ -269,14 +306,18 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             message="; ".join(r.message for r in runs if r.message),
         )
         if walls:
-            boots_of[key] = _boots(results, key, walls)
             row["step_ms_median"] = median(walls)
             row["step_ms_p10"] = quantile(walls, 0.1)
             row["step_ms_p90"] = quantile(walls, 0.9)
-            lo, hi = median_ci(boots_of[key])
-            row["step_ms_ci_low"], row["step_ms_ci_high"] = lo, hi
-            for ph in PHASES:
-                row[ph] = median([_phase(s, ph) for s in measured])
+            per_run = [[s["wall_ms"] for s in r.measured()] for r in runs if r.measured()]
+            row["ci_scope"] = "runs" if len(per_run) > 1 else "steps"
+            if enough_for_interval(len(walls)):
+                boots_of[key] = _boots(results, key, per_run)
+                lo, hi = median_ci(boots_of[key])
+                row["step_ms_ci_low"], row["step_ms_ci_high"] = lo, hi
+            else:
+                row["too_few_steps"] = True
+            row.update(apportion(measured, row["step_ms_median"]))
             fwd_per_mb = [_phase(s, "forward_ms") / max(1, len(s.get("forward_ms") or [1])) for s in measured]
             row["forward_ms_per_micro"] = median(fwd_per_mb)
             secs = row["step_ms_median"] / 1000.0
@@ -284,10 +325,9 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             samples = [s["samples"] for s in measured if s.get("samples")]
             row["tokens_per_s"] = median(toks) * ws / secs if toks else None
             row["samples_per_s"] = median(samples) * ws / secs if samples else None
-            if len(runs) > 1:
-                per_run = [median([s["wall_ms"] for s in r.measured()]) for r in runs if r.measured()]
-                if len(per_run) > 1:
-                    row["repeat_spread_pct"] = 100.0 * (max(per_run) - min(per_run)) / median(per_run)
+            if len(per_run) > 1:
+                meds = [median(w) for w in per_run]
+                row["repeat_spread_pct"] = 100.0 * (max(meds) - min(meds)) / median(meds)
         gpus = sorted({r.started.get("gpu") for r in runs if r.started.get("gpu") is not None})
         row["gpus"] = ",".join(str(g) for g in gpus) or None
         if ws > 1:
@@ -301,9 +341,17 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         cfg = runs[0].started.get("config") or {}
         row["memory_limit_gib"] = cfg.get("memory_limit")
         row["energy_j_per_step"] = _energy_per_step(runs, row.get("step_ms_median"))
-        losses = [s["loss"] for s in (runs[-1].steps if runs else []) if s.get("loss") is not None]
-        row["final_loss"] = losses[-1] if losses else None
-        row["loss_curve"] = losses
+        curve = {s["step"]: s["loss"] for s in (runs[-1].steps if runs else [])
+                 if s.get("loss") is not None and s.get("rank", 0) == 0}
+        row["final_loss"] = curve[max(curve)] if curve else None
+        row["loss_curve"] = curve
+        row["loss_finite"] = all(math.isfinite(v) for v in curve.values())
+        if not row["loss_finite"]:
+            bad = min(k for k, v in curve.items() if not math.isfinite(v))
+            row["message"] = "; ".join(x for x in (row["message"], f"loss went non-finite at step {bad}") if x)
+        row["precision_used"] = _precision_of(runs[0])
+        _add_settings(row, runs)
+        _add_quiet(row, runs)
         row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
         reasons = sorted({r.finished["stop_reason"] for r in runs if r.finished.get("stop_reason")})
         row["stop_reason"] = "/".join(reasons) or None
@@ -316,6 +364,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         rows.append(row)
     _add_speedups(rows, boots_of)
     _add_loss_check(rows)
+    _add_environment_changes(rows, groups)
     for row in rows:
         row["bound"], row["evidence"] = diagnose(row, rows)
     rows.sort(key=lambda r: (r["machine"], r["effective_batch"], r["micro_batch"]))
@@ -365,11 +414,13 @@ def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
     for group in by_group.values():
         slowest = max(group, key=lambda r: r["step_ms_median"])
         fastest = min(group, key=lambda r: r["step_ms_median"])
-        sw = boots_of[_key(slowest)]
+        sw = boots_of.get(_key(slowest))
         for r in group:
             r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
-            lo, hi = ratio_ci(sw, boots_of[_key(r)])
-            r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
+            mine = boots_of.get(_key(r))
+            if sw is not None and mine is not None:  # no interval from too few steps
+                lo, hi = ratio_ci(sw, mine)
+                r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
             r["fastest"] = r is fastest
 
 
@@ -377,22 +428,126 @@ def _key(row: dict) -> tuple:
     return (row["machine"], row["effective_batch"], row["micro_batch"], row["grad_accum"], row["world_size"])
 
 
+def _curve_gap(a: dict, b: dict) -> tuple[float, int | None]:
+    """Largest relative difference of two loss curves over the steps both measured, and where."""
+    worst, at = 0.0, None
+    for step in sorted(set(a) & set(b)):
+        x, y = a[step], b[step]
+        if not (math.isfinite(x) and math.isfinite(y)):
+            d = 0.0 if x == y else math.inf
+        else:
+            d = abs(x - y) / max(abs(x), abs(y), 1e-8)
+        if at is None or d > worst:
+            worst, at = d, step
+    return worst, at
+
+
 def _add_loss_check(rows: list[dict]) -> None:
-    """Same seed and data order: every split of one effective batch should reach the same loss
-    after the same steps. Compare step by step over the common length."""
+    """Same seed and data order: every split of one effective batch should follow the same loss
+    curve. Every pair is compared over every step both measured (not one step, and not against
+    a median, which two splits that disagree would both sit next to). A split is flagged when it
+    disagrees with more than half of the others: with two splits, a disagreement flags both."""
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("loss_curve"):
             by_group.setdefault((r["machine"], r["effective_batch"]), []).append(r)
     for group in by_group.values():
-        n = min(len(r["loss_curve"]) for r in group)
-        if n == 0 or len(group) < 2:
+        if len(group) < 2:
             continue
-        ref = [median([r["loss_curve"][i] for r in group]) for i in range(n)]
-        for r in group:
-            drift = max(abs(r["loss_curve"][i] - ref[i]) / max(abs(ref[i]), 1e-8) for i in range(n))
-            r["loss_drift_pct"] = 100.0 * drift
-            r["loss_ok"] = drift <= LOSS_TOLERANCE
+        tol = max(LOSS_TOLERANCE.get(_mode(x.get("precision_used")), 0.01) for x in group)
+        gaps = {(i, j): _curve_gap(a["loss_curve"], b["loss_curve"])
+                for i, a in enumerate(group) for j, b in enumerate(group) if i != j}
+        gaps = {k: v for k, v in gaps.items() if v[1] is not None}  # pairs with common steps
+        outlier = {}
+        for i in range(len(group)):
+            mine = [(j, g) for (a, j), g in gaps.items() if a == i]
+            if mine:
+                outlier[i] = sum(1 for _j, (d, _at) in mine if d > tol) * 2 > len(mine)
+        for i, r in enumerate(group):
+            if i not in outlier:
+                continue
+            refs = [(j, g) for (a, j), g in gaps.items() if a == i and not outlier.get(j)] or \
+                   [(j, g) for (a, j), g in gaps.items() if a == i]
+            j, (worst, at) = max(refs, key=lambda x: x[1][0])
+            r["loss_drift_pct"] = 100.0 * worst if math.isfinite(worst) else None
+            r["loss_ok"] = not outlier[i]
+            if outlier[i]:
+                r["loss_note"] = (f"loss differs from {group[j]['split']}'s by "
+                                  + (f"{100 * worst:.2f}%" if math.isfinite(worst) else "a non-finite value")
+                                  + f" at step {at} (rounding allows {100 * tol:g}%)")
+
+
+#: what a run's result depends on besides its settings: a change between runs of one sweep
+#: makes their times incomparable
+_ENV_KEYS = ("host", "gpu_name", "driver", "torch", "transformers", "trl", "peft", "cpu_count")
+
+
+def _add_environment_changes(rows: list[dict], groups: dict[tuple, list[RunData]]) -> None:
+    """Flag every row of an effective batch whose runs did not all see the same machine and
+    libraries (a different host, GPU model, driver or library version)."""
+    by_eb: dict[tuple, list[RunData]] = {}
+    for (machine, eb, *_), runs in groups.items():
+        by_eb.setdefault((machine, eb), []).extend(runs)
+    for (machine, eb), runs in by_eb.items():
+        seen: dict[str, set] = {}
+        for r in runs:
+            env = r.started.get("env") or {}
+            for k in _ENV_KEYS:
+                if k in env:
+                    seen.setdefault(k, set()).add(str(env[k]))
+        changed = [f"{k} ({', '.join(sorted(v))})" for k, v in seen.items() if len(v) > 1]
+        if changed:
+            for row in rows:
+                if row["machine"] == machine and row["effective_batch"] == eb:
+                    row["env_changed"] = "the machine changed between runs: " + "; ".join(changed)
+
+
+def _mode(precision: str | None) -> str:
+    """``bf16 (weights float32)`` -> ``bf16``."""
+    return (precision or "bf16").split(" ")[0]
+
+
+def _precision_of(run: RunData) -> str | None:
+    return run.settings.get("precision_used") or run.started.get("precision")
+
+
+def apportion(measured: list[dict], step_ms: float) -> dict[str, float]:
+    """Each phase's share of the measured time, applied to the median step: the phase columns
+    then add up to the step column exactly, whatever the distribution (medians of phases do not
+    add: on a loaded machine they were 7-12% off the median step)."""
+    total = sum(s["wall_ms"] for s in measured)
+    if total <= 0:
+        return {ph: 0.0 for ph in PHASES}
+    return {ph: step_ms * sum(_phase(s, ph) for s in measured) / total for ph in PHASES}
+
+
+def _add_settings(row: dict, runs: list[RunData]) -> None:
+    """The read-back settings as columns; runs of one split that ran with different settings
+    are said to differ (they are not repeats of one thing)."""
+    have = [r.settings for r in runs if r.settings]
+    first = have[0] if have else {}
+    for name in SETTING_COLUMNS:
+        row[name] = first.get(name)
+    row["settings"] = first
+    differ = sorted({k for s in have[1:] for k in SETTING_COLUMNS if s.get(k) != first.get(k)})
+    if differ:
+        row["message"] = "; ".join(x for x in (row.get("message"), "runs differ in " + ", ".join(differ)) if x)
+
+
+def _add_quiet(row: dict, runs: list[RunData]) -> None:
+    """How quiet the machine was for each run of this split, and why a run counts as busy."""
+    busy = []
+    for r in runs:
+        picture = dict(r.finished.get("quiet") or {})
+        picture.update(gpu_picture(_window_gpu(r, r.measured())))
+        r.quiet = picture
+        why = judge(picture)
+        if why:
+            busy.append(f"{r.run_id.rsplit('/', 1)[-1]}: {why}")
+    others = [r.finished.get("quiet", {}).get("other_cpu_cores") for r in runs]
+    others = [x for x in others if x is not None]
+    row["other_cpu_cores"] = max(others) if others else None
+    row["busy"] = "; ".join(busy) or None
 
 
 def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
@@ -449,6 +604,31 @@ def fmt_duration(seconds: float) -> str:
     return f"{s} s"
 
 
+def held_back(group: list[dict]) -> str | None:
+    """Why no ranking may be claimed for a group of splits (one effective batch), or None."""
+    few = [r for r in group if r.get("too_few_steps")]
+    if few:
+        r = few[0]
+        return (f"too few steps for a verdict ({r['split']}: {r['steps_measured']} measured, "
+                f"{MIN_INTERVAL_STEPS} needed for an interval)")
+    busy = [r for r in group if r.get("busy")]
+    if busy:
+        return f"held back: the machine was busy ({busy[0]['busy']}); measure again on a quiet machine"
+    changed = [r for r in group if r.get("env_changed")]
+    if changed:
+        return f"held back: {changed[0]['env_changed']}"
+    return None
+
+
+def scope_note(rows: list[dict]) -> str:
+    """What the intervals cover: with one run per split, only step-to-step noise."""
+    timed = [r for r in rows if r.get("step_ms_median")]
+    if timed and all(r.get("ci_scope") == "steps" for r in timed):
+        return ("one run per split: intervals cover step noise only, not the larger differences between "
+                "fresh processes (--repeats 2 or more covers those)")
+    return ""
+
+
 def verdict(rows: list[dict]) -> str:
     """The one-line answer, per effective batch: which split is fastest and by how much."""
     lines = []
@@ -467,6 +647,10 @@ def verdict(rows: list[dict]) -> str:
             mem = f"; peak memory {fastest['peak_mem_gib']:.1f}" + (f" of {_gib(cap)} GiB" if cap else " GiB")
         if len(group) == 1:
             lines.append(f"{fastest['split']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}")
+            continue
+        why = held_back(group)
+        if why:
+            lines.append(f"effective batch {eb}{where}: {why}")
             continue
         lo, hi = fastest.get("speedup_ci_low"), fastest.get("speedup_ci_high")
         # "Faster" only when the median intervals do not overlap.
@@ -494,15 +678,26 @@ def recommendation(rows: list[dict]) -> str:
     for (_m, eb), group in groups.items():
         if (_m, eb) in unfinished:
             continue  # no advice while splits of this effective batch are still running
+        why = held_back(group)
+        if why:
+            out.append(f"effective batch {eb}: no recommendation ({why})")
+            continue
+        group = [r for r in group if r.get("loss_finite", True)]  # a run whose loss went NaN diverged
         def fits(r):
             cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
             return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= 0.9 * cap
         ok = [r for r in group if fits(r)]
+        if not group:
+            out.append(f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)")
+            continue
         if not ok:
             out.append(f"effective batch {eb}: no split leaves 10% memory headroom")
             continue
         best = min(ok, key=lambda r: r["step_ms_median"])
         text = f"use {best['split']} for effective batch {eb}"
+        drift = [r for r in group if r.get("loss_ok") is False]
+        if drift:
+            text += f" (but check: {drift[0]['split']}'s {drift[0]['loss_note']})"
         proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
         if proj:
             text += " (" + "; ".join(f"{r['split']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"

@@ -8,7 +8,9 @@ import json
 import sys
 from typing import Any
 
-from .analysis import Results, recommendation, summarise, verdict
+from .events import dumps
+from .analysis import Results, recommendation, scope_note, summarise, verdict
+from .probe.settings import SETTING_COLUMNS
 
 SUMMARY_COLUMNS = [
     "machine", "gpus", "effective_batch", "micro_batch", "grad_accum", "world_size", "split", "status", "runs",
@@ -18,6 +20,10 @@ SUMMARY_COLUMNS = [
     "mem_total_gib", "energy_j_per_step", "final_loss", "loss_drift_pct", "loss_ok", "train_runtime_s",
     "repeat_spread_pct", "stopped_early", "stop_reason", "comm_ms", "backward_sync_ms", "ranks", "slowest_rank",
     "rank_spread_pct", "projected_s", "bound", "evidence", "message",
+    # how far the numbers can be trusted
+    "ci_scope", "too_few_steps", "busy", "other_cpu_cores", "env_changed", "loss_note",
+    # what the trainer really ran with, read back from it
+    *SETTING_COLUMNS,
 ]
 
 STEP_COLUMNS = [
@@ -44,8 +50,10 @@ def summary_csv(rows: list[dict]) -> str:
 
 
 def summary_json(rows: list[dict]) -> str:
-    return json.dumps({"verdict": verdict(rows), "recommendation": recommendation(rows),
-                       "splits": [{k: r.get(k) for k in SUMMARY_COLUMNS} for r in rows]}, indent=2)
+    # NaN/Infinity (a loss gone NaN) are written as null: bare NaN is not JSON to most readers.
+    return dumps({"verdict": verdict(rows), "recommendation": recommendation(rows), "note": scope_note(rows),
+                       "splits": [dict({k: r.get(k) for k in SUMMARY_COLUMNS}, settings=r.get("settings") or {})
+                                  for r in rows]}, indent=2)
 
 
 def steps_csv(results: Results) -> str:

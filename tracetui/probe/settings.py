@@ -10,6 +10,7 @@ Everything here reads attributes only; nothing changes the model or the trainer.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 #: the read-back settings shown as columns (CSV/JSON) and in the monitor's header, in order
@@ -98,7 +99,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "precision_used": _precision(args, model),
         "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
         "optimizer": opt or _arg(args, "optim"),
-        "optim_asked": str(_arg(args, "optim", default="")) or None,
+        "optim_asked": _arg(args, "optim"),
         "loss_type": _arg(args, "loss_type"),
         "dataloader_num_workers": _arg(args, "dataloader_num_workers"),
         "dataloader_pin_memory": _arg(args, "dataloader_pin_memory"),
@@ -113,13 +114,15 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "per_device_train_batch_size": _arg(args, "per_device_train_batch_size"),
         "gradient_accumulation_steps": _arg(args, "gradient_accumulation_steps"),
         "learning_rate": _arg(args, "learning_rate"),
-        "lr_scheduler_type": str(_arg(args, "lr_scheduler_type", default="")) or None,
+        "lr_scheduler_type": _arg(args, "lr_scheduler_type"),
         "max_grad_norm": _arg(args, "max_grad_norm"),
         "seed": _arg(args, "seed"),
         "versions": _versions(),
     }
     for key, value in list(out.items()):  # enums and other objects as their plain names
-        if value is not None and not isinstance(value, (bool, int, float, str, list, dict)):
+        if isinstance(value, enum.Enum):
+            out[key] = value.value
+        elif value is not None and not isinstance(value, (bool, int, float, str, list, dict)):
             out[key] = getattr(value, "value", None) or str(value)
     if isinstance(out["checkpointing_kwargs"], dict):
         out["checkpointing_kwargs"] = {str(k): (v if isinstance(v, (bool, int, float, str)) else str(v))

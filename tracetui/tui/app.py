@@ -18,6 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ..analysis import Results, summarise
+from ..probe.settings import describe
 from ..config import parse_split
 from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import phase_legend, GpuChart, GpuStatus, PhaseChart, RunList, StepChart, SummaryTable, ThroughputChart, Verdict
@@ -89,6 +90,7 @@ class TraceApp(App):
         self.screenshot_dir = screenshot_dir
         self.planned = planned or []
         self.sub_title = subtitle
+        self.base_subtitle = subtitle
         self.note = note
         self.project_steps = project_steps
         self.events_applied = 0
@@ -138,12 +140,21 @@ class TraceApp(App):
             run = self.results.add(e)
             if e["type"] == "run_started" and not self._warned_cpu:
                 self._warn_shared_cpu(e.get("env") or {})
+            if e["type"] == "run_settings":
+                self._show_settings()
             if e["type"] in ("run_started", "step") and run.status in ("warming up", "running"):
                 self._focus_run = run.run_id
         if events:
             self.events_applied += len(events)
             self._dirty = True
         return len(events)
+
+    def _show_settings(self) -> None:
+        """The header says what the trainers really run with (read back from them), or that
+        the runs differ."""
+        lines = {describe(r.settings) for r in self.results.runs.values() if r.settings}
+        line = lines.pop() if len(lines) == 1 else "runs differ in their settings (see the table)" if lines else ""
+        self.sub_title = " · ".join(x for x in (self.base_subtitle, line) if x)
 
     def _warn_shared_cpu(self, env: dict) -> None:
         """Training on a CPU of few cores beside the monitor is slowed by it, unevenly across

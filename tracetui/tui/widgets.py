@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import PHASES, Results, RunData, fmt_duration, median, recommendation, verdict
+from ..analysis import PHASES, Results, RunData, fmt_duration, median, recommendation, scope_note, verdict
 
 PHASE_NAMES = ("data", "forward", "backward", "optimizer", "other")
 #: one colour per phase, as RGB so the chart (plotext) and its legend (Rich) match exactly
@@ -57,11 +57,14 @@ class Verdict(Static):
     def update_from(self, rows: list[dict], fallback: str) -> None:
         line = verdict(rows)
         rec = recommendation(rows)
+        note = scope_note(rows)
         text = Text()
         if line:
             text.append(line, style="bold")
             if rec:
                 text.append("\n" + rec)
+            if note:
+                text.append("\n" + note, style="dim")
         else:
             text.append(fallback, style="dim")
         self.update(text)

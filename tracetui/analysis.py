@@ -154,25 +154,52 @@ def ratio_ci(slow_boots: list[float], fast_boots: list[float], level: float = 0.
     return quantile(ratios, a), quantile(ratios, 1 - a)
 
 
-def hierarchical_medians(per_run: list[list[float]], n: int = BOOTSTRAP, seed: int = 0) -> list[float]:
-    """Bootstrap medians that resample runs, then steps within each drawn run.
+#: two-sided 97.5% points of Student's t by degrees of freedom (between them: interpolated in 1/df)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
 
-    Steps of one process are close; fresh processes of the same split differ far more (on the
-    H200, 288 against 410 ms median). Resampling runs first carries that into the interval, so
-    two invocations of the same sweep get intervals that cover each other's estimates. With one
-    run it is the plain step bootstrap, which covers step noise only."""
-    import numpy as np
 
-    runs = [np.asarray(w, dtype=float) for w in per_run if len(w)]
-    if len(runs) == 1:
-        return bootstrap_medians(runs[0].tolist(), n=n, seed=seed)
-    rng = np.random.default_rng(seed)
-    out = np.empty(n)
-    for b in range(n):
-        picked = rng.integers(0, len(runs), size=len(runs))
-        pooled = np.concatenate([runs[i][rng.integers(0, len(runs[i]), size=len(runs[i]))] for i in picked])
-        out[b] = np.median(pooled)
-    return out.tolist()
+def t975(df: int) -> float:
+    """Student's t quantile for a 95% two-sided interval with ``df`` degrees of freedom."""
+    if df in _T975:
+        return _T975[df]
+    keys = sorted(_T975)
+    if df > keys[-1]:
+        return 1.96
+    lo = max(k for k in keys if k < df)
+    hi = min(k for k in keys if k > df)
+    w = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
+    return _T975[hi] + w * (_T975[lo] - _T975[hi])
+
+
+def run_medians(runs: list[RunData]) -> list[float]:
+    """The median step of each run that measured enough steps to have one worth the name."""
+    out = []
+    for r in runs:
+        walls = [s["wall_ms"] for s in r.measured()]
+        if enough_for_interval(len(walls)):
+            out.append(median(walls))
+    return out
+
+
+def between_run_spread(groups: dict[tuple, list[RunData]]) -> dict[str, tuple[float, int]]:
+    """Per machine: the variance of log run medians about their split's mean, pooled over every
+    split with two or more runs, and its degrees of freedom.
+
+    Steps inside one process are close, fresh processes of one split are not (on an H200 host
+    the same run's median was 288 ms in one process and 410 ms in the next). An interval from
+    one run's steps says nothing about that; this spread does. Pooled across splits because two
+    runs of one split alone cannot estimate it (a t interval on 1 degree of freedom is 13 times
+    wider than its standard error), and runs of one sweep share the machine that causes it."""
+    sums: dict[str, list[float]] = {}
+    for (machine, *_), runs in groups.items():
+        logs = [math.log(m) for m in run_medians(runs) if m > 0]
+        if len(logs) > 1:
+            mu = sum(logs) / len(logs)
+            acc = sums.setdefault(machine, [0.0, 0])
+            acc[0] += sum((x - mu) ** 2 for x in logs)
+            acc[1] += len(logs) - 1
+    return {m: (ss / df, int(df)) for m, (ss, df) in sums.items() if df > 0}
 
 
 def _boots(results: "Results", key: tuple, per_run: list[list[float]]) -> list[float]:
@@ -182,7 +209,7 @@ def _boots(results: "Results", key: tuple, per_run: list[list[float]]) -> list[f
     if cached is not None and cached[0] == size:
         return cached[1]
     seed = zlib.crc32(repr(key).encode())  # stable across processes: same data, same interval
-    boots = hierarchical_medians(per_run, seed=seed)
+    boots = bootstrap_medians([w for run in per_run for w in run], seed=seed)
     results.boot_cache[key] = (size, boots)
     return boots
 
@@ -291,6 +318,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         groups.setdefault(key, []).append(run)
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
+    spread = between_run_spread(groups)
     for key, runs in groups.items():
         machine, eb, mb, ga, ws = key
         measured = [s for r in runs for s in r.measured()]
@@ -310,8 +338,18 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             row["step_ms_p10"] = quantile(walls, 0.1)
             row["step_ms_p90"] = quantile(walls, 0.9)
             per_run = [[s["wall_ms"] for s in r.measured()] for r in runs if r.measured()]
-            row["ci_scope"] = "runs" if len(per_run) > 1 else "steps"
-            if enough_for_interval(len(walls)):
+            meds = run_medians(runs)
+            if machine in spread and meds:
+                # Run level: the median step of a typical fresh process, with an interval from
+                # the spread between processes (t on the pooled degrees of freedom).
+                var, df = spread[machine]
+                logs = [math.log(m) for m in meds]
+                mu = sum(logs) / len(logs)
+                half = t975(df) * math.sqrt(var / len(logs))
+                row.update(ci_scope="runs", step_ms_median=math.exp(mu), step_ms_ci_low=math.exp(mu - half),
+                           step_ms_ci_high=math.exp(mu + half), _mu=mu, _k=len(logs), _var=var, _df=df)
+            elif enough_for_interval(len(walls)):
+                row["ci_scope"] = "steps"
                 boots_of[key] = _boots(results, key, per_run)
                 lo, hi = median_ci(boots_of[key])
                 row["step_ms_ci_low"], row["step_ms_ci_high"] = lo, hi
@@ -369,7 +407,8 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row["bound"], row["evidence"] = diagnose(row, rows)
     rows.sort(key=lambda r: (r["machine"], r["effective_batch"], r["micro_batch"]))
     for row in rows:
-        row.pop("loss_curve", None)
+        for k in ("loss_curve", "_mu", "_k", "_var", "_df"):
+            row.pop(k, None)
     return rows
 
 
@@ -418,7 +457,11 @@ def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
         for r in group:
             r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
             mine = boots_of.get(_key(r))
-            if sw is not None and mine is not None:  # no interval from too few steps
+            if "_mu" in r and "_mu" in slowest:  # run level: t interval of the log ratio
+                half = t975(r["_df"]) * math.sqrt(r["_var"] * (1 / r["_k"] + 1 / slowest["_k"]))
+                log_ratio = slowest["_mu"] - r["_mu"]
+                r["speedup_ci_low"], r["speedup_ci_high"] = math.exp(log_ratio - half), math.exp(log_ratio + half)
+            elif sw is not None and mine is not None:  # no interval from too few steps
                 lo, hi = ratio_ci(sw, mine)
                 r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
             r["fastest"] = r is fastest
@@ -538,14 +581,15 @@ def _add_quiet(row: dict, runs: list[RunData]) -> None:
     """How quiet the machine was for each run of this split, and why a run counts as busy."""
     busy = []
     for r in runs:
-        picture = dict(r.finished.get("quiet") or {})
+        given = r.finished.get("quiet")
+        picture = dict(given) if isinstance(given, dict) else {}
         picture.update(gpu_picture(_window_gpu(r, r.measured())))
         r.quiet = picture
         why = judge(picture)
         if why:
             busy.append(f"{r.run_id.rsplit('/', 1)[-1]}: {why}")
-    others = [r.finished.get("quiet", {}).get("other_cpu_cores") for r in runs]
-    others = [x for x in others if x is not None]
+    others = [r.quiet.get("other_cpu_cores") for r in runs]
+    others = [x for x in others if isinstance(x, (int, float))]
     row["other_cpu_cores"] = max(others) if others else None
     row["busy"] = "; ".join(busy) or None
 
@@ -654,8 +698,11 @@ def verdict(rows: list[dict]) -> str:
             continue
         lo, hi = fastest.get("speedup_ci_low"), fastest.get("speedup_ci_high")
         # "Faster" only when the median intervals do not overlap.
-        clear = (fastest.get("step_ms_ci_high") is not None and slowest.get("step_ms_ci_low") is not None
-                 and fastest["step_ms_ci_high"] < slowest["step_ms_ci_low"])
+        if fastest.get("ci_scope") == "runs" and slowest.get("ci_scope") == "runs":
+            clear = lo is not None and lo > 1.0  # the speedup's interval excludes 1
+        else:
+            clear = (fastest.get("step_ms_ci_high") is not None and slowest.get("step_ms_ci_low") is not None
+                     and fastest["step_ms_ci_high"] < slowest["step_ms_ci_low"])
         if clear:
             ci = f" (95% CI {lo:.2f}-{hi:.2f}x)" if lo is not None else ""
             lines.append(f"{fastest['split']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['split']}"

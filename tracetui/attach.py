@@ -279,7 +279,7 @@ def _make_trace_callback():
                     self.sink.emit(make(RUN_FINISHED, self.run_id, rank=self.rank, steps=int(state.global_step),
                                         train_runtime_s=time.time() - (self._t0 or time.time()),
                                         stopped_early=self.stop_reason is not None, stop_reason=self.stop_reason,
-                                        quiet=self.quiet))
+                                        quiet=self.load))
                     self.sink.close()
             except Exception:  # noqa: BLE001 - never break the user's training
                 pass

@@ -62,7 +62,7 @@ class SweepConfig:
     warmup: int = 3
     #: two fresh processes per split by default: a run's steps say nothing about how much runs
     #: of the same split differ between processes (up to 40% on an H200 host), and the
-    #: intervals and verdicts resample runs (see :func:`tracetui.analysis.hierarchical_medians`)
+    #: intervals and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)
     repeats: int = 2
     lora_r: int = 16
     lora_alpha: int = 32

@@ -105,7 +105,7 @@ class Probe(TrainerCallback):
         #: its own run_started)
         self.announce_settings = True
         #: the machine's CPU picture over the measured steps (:mod:`tracetui.probe.quiet`)
-        self.quiet: dict[str, Any] = {}
+        self.load: dict[str, Any] = {}
         self._quiet_start: dict | None = None
 
     # ---- attaching -----------------------------------------------------------------------
@@ -323,7 +323,7 @@ class Probe(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self._resolve(block=True)
         if self._quiet_start is not None:
-            self.quiet = quiet.between(self._quiet_start, quiet.snapshot())
+            self.load = quiet.between(self._quiet_start, quiet.snapshot())
 
     # ---- resolution ------------------------------------------------------------------------
     def _resolve(self, block: bool) -> None:

@@ -47,9 +47,11 @@ def _checkpointing(model: Any) -> bool | None:
     for m in (model, getattr(model, "base_model", None), getattr(getattr(model, "base_model", None), "model", None)):
         if m is None:
             continue
-        flag = getattr(m, "is_gradient_checkpointing", None)
-        if isinstance(flag, bool):
-            return flag
+        for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # renamed in 5.2x
+            if name in dir(type(m)):
+                flag = getattr(m, name, None)
+                if isinstance(flag, bool):
+                    return flag
     return None
 
 

@@ -280,7 +280,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     metrics["steps"] = trainer.state.global_step
     metrics["stopped_early"] = trainer.state.global_step < cfg.steps
     metrics["stop_reason"] = probe.stop_reason if probe is not None and metrics["stopped_early"] else None
-    metrics["quiet"] = (probe or extra[0]).quiet
+    metrics["quiet"] = (probe or extra[0]).load
     del trainer
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -302,7 +302,7 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
         def __init__(self):
             self.last = None
             self.n = 0
-            self.quiet: dict = {}
+            self.load: dict = {}
             self._quiet_start = None
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -310,7 +310,7 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
 
         def on_train_end(self, args, state, control, **kwargs):
             if self._quiet_start is not None:
-                self.quiet = quiet.between(self._quiet_start, quiet.snapshot())
+                self.load = quiet.between(self._quiet_start, quiet.snapshot())
 
         def on_step_begin(self, args, state, control, **kwargs):
             if self.last is None:

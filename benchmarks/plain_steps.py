@@ -1,0 +1,92 @@
+"""The same LoRA training as a tracetui run, with no tracetui in it: a reference for its figures.
+
+Plain TRL + PEFT written out here (not through tracetui's worker): a preset's published shape with
+random weights, random token rows of exactly ``--seq-len`` tokens, LoRA r 16 on all linear layers,
+every setting tracetui passes given explicitly (checkpointing both ways), and one timer at
+``on_step_end``. Prints one JSON line: the median of the measured steps and what the trainer
+really ran with, read from it after it was built.
+
+    python benchmarks/plain_steps.py --model qwen3-1.7b --seq-len 512 --split 4x1 --steps 30 --warmup 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import tempfile
+import time
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--split", default="4x1")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--seed", type=int, default=42)
+    ns = p.parse_args()
+    mb, ga = (int(x) for x in ns.split.split("x"))
+
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, TrainerCallback, set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    from tracetui.presets import build_config  # the architecture's shape only
+    from tracetui.runner.sources import byte_tokenizer
+
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    set_seed(ns.seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(build_config(ns.model),
+                                                 dtype=torch.bfloat16 if bf16 else torch.float32)
+    model.config.use_cache = False
+    gen = torch.Generator().manual_seed(ns.seed)
+    rows = torch.randint(3, model.config.vocab_size, (mb * ga * ns.steps, ns.seq_len), generator=gen)
+    data = Dataset.from_dict({"input_ids": rows.tolist()})
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    ckpt = {n: ns.activation_checkpointing for n in ("activation_checkpointing", "gradient_checkpointing") if n in known}
+    if ns.activation_checkpointing:
+        ckpt.update({n + "_kwargs": {"use_reentrant": False} for n in list(ckpt)})
+    args = SFTConfig(**ckpt, output_dir=tempfile.mkdtemp(), per_device_train_batch_size=mb,
+                     gradient_accumulation_steps=ga, max_steps=ns.steps, learning_rate=2e-4, seed=ns.seed,
+                     data_seed=ns.seed, bf16=bf16, fp16=False, use_cpu=not cuda, logging_steps=ns.steps,
+                     save_strategy="no", report_to="none", disable_tqdm=True, max_length=ns.seq_len,
+                     packing=False, dataloader_num_workers=0, lr_scheduler_type="constant")
+
+    class Timer(TrainerCallback):
+        def __init__(self):
+            self.t = [time.perf_counter()]
+            self.read = {}
+
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
+            self.read = {"checkpointing": bool(getattr(model, "is_gradient_checkpointing", None)),
+                         "attn": model.config._attn_implementation,
+                         "optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__,
+                         "bf16": args.bf16}
+            self.t = [time.perf_counter()]
+
+        def on_step_end(self, args, state, control, **kw):
+            self.t.append(time.perf_counter())
+
+    timer = Timer()
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=byte_tokenizer(),
+                         peft_config=lora, callbacks=[timer])
+    trainer.train()
+    steps = [1000 * (b - a) for a, b in zip(timer.t, timer.t[1:])][ns.warmup:]
+    print(json.dumps({"split": ns.split, "model": ns.model, "seq_len": ns.seq_len,
+                      "activation_checkpointing_asked": ns.activation_checkpointing, "read_back": timer.read,
+                      "steps": len(steps), "median_ms": statistics.median(steps),
+                      "p10_ms": sorted(steps)[len(steps) // 10], "p90_ms": sorted(steps)[(9 * len(steps)) // 10]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -11,6 +11,7 @@ Every event carries ``v`` (schema version), ``type``, ``run_id`` and ``t`` (unix
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,80 +28,235 @@ RUN_FAILED = "run_failed"
 RUN_SETTINGS = "run_settings"
 
 #: Failure kinds a run can end with.
-FAIL_KINDS = ("oom", "error", "crashed", "interrupted")
+FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled")
 
 _NUM = (int, float)
+_NONE = type(None)
+#: a nested object of settings (``config``, ``env``, ``settings``, ``quiet``): a JSON object whose
+#: values are scalars, lists of scalars or (one level down) such objects again
+OBJ = "object"
+#: a list of finite numbers
+NUMS = "numbers"
 
-# Required fields per event type: name -> accepted python types. Optional fields are not listed;
-# unknown extra fields are kept (forward compatible within one schema version).
-_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+# Required fields per event type: name -> accepted python types (or OBJ / NUMS).
+_REQUIRED: dict[str, dict[str, tuple[Any, ...]]] = {
     RUN_STARTED: {"label": (str,), "micro_batch": (int,), "grad_accum": (int,)},
     STEP: {"step": (int,), "warmup": (bool,), "wall_ms": _NUM},
-    GPU: {"util": _NUM},
+    GPU: {"util": _NUM, "mem_used_gib": _NUM, "mem_total_gib": _NUM},
     NOTICE: {"message": (str,)},
     RUN_FINISHED: {},
     RUN_FAILED: {"kind": (str,), "message": (str,)},
-    RUN_SETTINGS: {"settings": (dict,)},
+    RUN_SETTINGS: {"settings": (OBJ,)},
 }
 
-_LIST_FIELDS = {STEP: ("forward_ms", "backward_ms")}
+# Optional fields per event type, checked the same way when present. Fields not listed here are
+# kept (forward compatible within one schema version) but must still be plain JSON: finite
+# numbers, at most a few levels deep (see :func:`_plain`).
+_OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
+    RUN_STARTED: {
+        "effective_batch": (int,), "world_size": (int,), "repeat": (int,), "pid": (int, _NONE),
+        "rank": (int,), "precision": (str, _NONE), "env": (OBJ,), "config": (OBJ,),
+        "settings": (OBJ,), "quiet": (OBJ, _NONE), "gpu": (int, _NONE), "log_path": (str, _NONE),
+        "mode": (str,), "max_steps": (int, _NONE),
+    },
+    STEP: {
+        "host_ms": _NUM, "data_ms": _NUM, "optimizer_ms": _NUM, "other_ms": _NUM,
+        "forward_ms": (NUMS,), "backward_ms": (NUMS,), "loss": _NUM + (_NONE,),
+        "tokens": (int, _NONE), "samples": (int, _NONE), "peak_mem_gib": _NUM + (_NONE,),
+        "rank": (int,), "t_end": _NUM, "backward_sync_ms": _NUM, "backward_nosync_ms": _NUM,
+        "comm_est_ms": _NUM, "unprobed": (bool,),
+    },
+    GPU: {
+        "power_w": _NUM + (_NONE,),
+        "energy_j": _NUM + (_NONE,), "sm_clock_mhz": _NUM + (_NONE,), "temp_c": _NUM + (_NONE,),
+        "gpu_index": (int,), "slowdown": (str, _NONE), "other_procs": (int, _NONE),
+        "other_mem_gib": _NUM + (_NONE,),
+    },
+    NOTICE: {"level": (str,)},
+    RUN_FINISHED: {
+        "rank": (int,), "steps": (int, _NONE), "train_runtime_s": _NUM + (_NONE,),
+        "stopped_early": (bool,), "stop_reason": (str, _NONE), "quiet": (OBJ, _NONE),
+    },
+    RUN_FAILED: {"rank": (int,)},
+    RUN_SETTINGS: {"rank": (int,)},
+}
+
+#: keys inside nested objects that tracetui reads, typed like fields (others: plain values)
+_NESTED: dict[str, dict[str, tuple[Any, ...]]] = {
+    "config": {"steps": (int, _NONE), "warmup": (int, _NONE), "seq_len": (int, _NONE),
+               "memory_limit": _NUM + (_NONE,), "model": (str, _NONE), "dataset": (str, _NONE)},
+    "env": {"device": (str, _NONE), "gpu_name": (str, _NONE), "gpu_total_gib": _NUM + (_NONE,),
+            "cpu_count": (int, _NONE), "host": (str, _NONE)},
+}
+
+#: integer fields that must be at least this (a split of micro-batch 0 means nothing)
+_AT_LEAST = {"micro_batch": 1, "grad_accum": 1, "world_size": 1, "effective_batch": 1, "step": 0,
+             "rank": 0, "gpu_index": 0, "gpu": 0, "repeat": 0, "tokens": 0, "samples": 0}
+
+#: a split label as tracetui writes them (``2x2``, ``2x2x4``): no markup, no control characters
+_LABEL = re.compile(r"[A-Za-z0-9._#@:+-]{1,64}")
+
+#: how deep unlisted fields and nested objects may go (JSON objects/lists inside each other)
+_MAX_DEPTH = 4
+_TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true/false",
+               _NONE: "null", OBJ: "an object of plain values", NUMS: "a list of numbers"}
 
 
 class SchemaError(ValueError):
     """An event does not match the schema; the message says which field."""
 
 
+def _finite(x: Any) -> bool:
+    return isinstance(x, _NUM) and not isinstance(x, bool) and (isinstance(x, int) or math.isfinite(x))
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """A JSON value of finite numbers nested at most ``depth`` containers deep."""
+    if value is None or isinstance(value, (str, bool)):
+        return True
+    if isinstance(value, _NUM):
+        return _finite(value)
+    if depth <= 0:
+        return False
+    if isinstance(value, list):
+        return all(_plain(v, depth - 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth - 1) for k, v in value.items())
+    return False
+
+
+def _matches(value: Any, types: tuple[Any, ...]) -> bool:
+    for t in types:
+        if t is OBJ:
+            # scalars, lists of scalars, or one more level of such an object
+            if isinstance(value, dict) and _plain(value, 3):
+                return True
+        elif t is NUMS:
+            if isinstance(value, list) and all(_finite(x) for x in value):
+                return True
+        elif t is bool:
+            if isinstance(value, bool):
+                return True
+        elif t in (int, float):
+            if isinstance(value, t) and not isinstance(value, bool) and _finite(value):
+                return True
+        elif isinstance(value, t):
+            return True
+    return False
+
+
+def _check(etype: str, name: str, value: Any, types: tuple[Any, ...]) -> None:
+    if not _matches(value, types):
+        want = " or ".join(dict.fromkeys(_TYPE_NAMES.get(t, str(t)) for t in types))
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SchemaError(f"{etype}.{name} is not finite")
+        raise SchemaError(f"{etype}.{name} must be {want}")
+    if isinstance(value, dict):
+        for key, types in _NESTED.get(name, {}).items():
+            if key in value:
+                _check(etype, f"{name}.{key}", value[key], types)
+    least = _AT_LEAST.get(name.rsplit(".", 1)[-1])
+    if least is not None and isinstance(value, int) and not isinstance(value, bool) and value < least:
+        raise SchemaError(f"{etype}.{name} must be at least {least}")
+
+
 def validate(event: Any) -> dict:
     """Return ``event`` if it is a valid event dict, else raise :class:`SchemaError`.
 
-    Used on everything that arrives from outside the process (socket, JSONL files), so it
-    checks types strictly and refuses NaN/inf where numbers are expected.
+    Used on everything that arrives from outside the process (socket, JSONL files), so it checks
+    every field it knows, required and optional, strictly by type (a bool is not a number, numbers
+    are finite, nested settings are objects of plain values), and bounds the depth of the fields
+    it does not know: whatever passes can be analysed, shown and written back without surprise.
     """
     if not isinstance(event, dict):
         raise SchemaError("event is not a JSON object")
     v = event.get("v")
-    if v != SCHEMA_VERSION:
+    if v != SCHEMA_VERSION or isinstance(v, bool):
         raise SchemaError(f"unknown schema version {v!r} (this tracetui reads v{SCHEMA_VERSION})")
     etype = event.get("type")
-    if etype not in _REQUIRED:
-        raise SchemaError(f"unknown event type {etype!r}")
+    if not isinstance(etype, str) or etype not in _REQUIRED:
+        raise SchemaError(f"unknown event type {str(etype)[:40]!r}")
     run_id = event.get("run_id")
     if not isinstance(run_id, str) or not run_id or len(run_id) > 200:
         raise SchemaError("run_id must be a non-empty string of at most 200 characters")
-    if not isinstance(event.get("t"), _NUM) or isinstance(event.get("t"), bool):
+    if not _finite(event.get("t")):
         raise SchemaError("t must be a number (unix seconds)")
-    for name, types in _REQUIRED[etype].items():
-        value = event.get(name)
-        if isinstance(value, bool) and bool not in types:
-            raise SchemaError(f"{etype}.{name} must be {types[0].__name__}, not bool")
-        if not isinstance(value, types):
-            raise SchemaError(f"{etype}.{name} is missing or not {types[0].__name__}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SchemaError(f"{etype}.{name} is not finite")
-    for name in _LIST_FIELDS.get(etype, ()):
-        value = event.get(name, [])
-        if not isinstance(value, list) or not all(
-            isinstance(x, _NUM) and not isinstance(x, bool) for x in value
-        ):
-            raise SchemaError(f"{etype}.{name} must be a list of numbers")
+    required, optional = _REQUIRED[etype], _OPTIONAL.get(etype, {})
+    for name, types in required.items():
+        if name not in event:
+            raise SchemaError(f"{etype}.{name} is missing")
+        _check(etype, name, event[name], types)
+    for name, value in event.items():
+        if name in required or name in ("v", "type", "run_id", "t"):
+            continue
+        types = optional.get(name)
+        if types is not None:
+            _check(etype, name, value, types)
+        elif not _plain(value, _MAX_DEPTH):
+            raise SchemaError(f"{etype}.{name} is nested too deep or holds a number that is not finite")
+    if etype == RUN_STARTED and not _LABEL.fullmatch(event["label"]):
+        raise SchemaError("run_started.label must be a split like 2x2 (letters, digits, . _ - # @ :)")
     if etype == RUN_FAILED and event["kind"] not in FAIL_KINDS:
         raise SchemaError(f"run_failed.kind must be one of {', '.join(FAIL_KINDS)}")
     return event
 
 
-def parse_line(line: bytes | str) -> tuple[dict | None, str | None]:
-    """One JSONL line from outside (a log file, the attach socket) as ``(event, None)``, or
-    ``(None, reason)`` with reason ``not JSON``, ``unknown schema version`` or ``schema mismatch``."""
+def _finite_or_null(text: str) -> float | None:
+    x = float(text)
+    return x if math.isfinite(x) else None
+
+
+def _no_constant(_name: str) -> None:
+    return None
+
+
+def loads(line: bytes | str) -> Any:
+    """``json.loads`` for lines from outside: ``NaN``, ``Infinity`` and numbers too large for a
+    float become ``null`` (as tracetui itself writes them), never a float that is not finite."""
     import json
 
+    return json.loads(line, parse_float=_finite_or_null, parse_constant=_no_constant)
+
+
+def parse_line(line: bytes | str) -> tuple[dict | None, str | None]:
+    """One JSONL line from outside (a log file, the attach socket) as ``(event, None)``, or
+    ``(None, reason)`` with reason ``not JSON``, ``unknown schema version`` or ``schema mismatch``.
+
+    Never raises: a line nested too deep for the parser (``[[[[...``) is ``not JSON``."""
     try:
-        event = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+        event = loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError, MemoryError):
         return None, "not JSON"
     try:
         return validate(event), None
     except SchemaError as exc:
         return None, "unknown schema version" if "schema version" in str(exc) else "schema mismatch"
+    except RecursionError:
+        return None, "schema mismatch"
+
+
+def sanitise(value: Any) -> Any:
+    """``value`` with every float that is not finite replaced by ``None`` (JSON ``null``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: sanitise(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitise(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """JSON text of ``value`` that every reader accepts: ``NaN``/``Infinity`` written as ``null``
+    (``allow_nan=False`` guards that nothing else slips through); objects JSON does not know are
+    written as their ``str``."""
+    import json
+
+    kwargs.setdefault("default", str)
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(sanitise(value), allow_nan=False, **kwargs)
 
 
 def make(etype: str, run_id: str, **payload: Any) -> dict:
@@ -155,6 +311,11 @@ class GpuSample:
     sm_clock_mhz: float | None
     temp_c: float | None
     gpu_index: int = 0
+    #: clock slowdowns not of the workload's making (see :mod:`tracetui.probe.gpu`), or None
+    slowdown: str | None = None
+    #: other compute processes on this GPU and their memory (about once a second, else None)
+    other_procs: int | None = None
+    other_mem_gib: float | None = None
 
     def to_event(self, run_id: str) -> dict:
         return make(GPU, run_id, **asdict(self))

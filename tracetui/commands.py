@@ -18,14 +18,51 @@ def _show_parser() -> _Parser:
     return p
 
 
+def _unreadable(path: str) -> str | None:
+    """Why ``path`` is not a log ``show`` can read, in words, or None. Never opens a FIFO (that
+    would wait for a writer for ever)."""
+    import errno
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return "does not exist" if not os.path.islink(path) else "is a symbolic link to nothing"
+        if exc.errno == errno.ELOOP:
+            return "is a loop of symbolic links"
+        if exc.errno == errno.EACCES:
+            return "cannot be reached (permission denied)"
+        return f"cannot be read ({exc.strerror})"
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a file: save the events to a file first"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a file (watch it with tracetui watch --socket)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file"
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
 def show_main(argv: list[str]) -> int:
     from .analysis import Results
     from .store import read_events
 
     ns = _show_parser().parse_args(argv)
     for f in ns.files:
-        if not Path(f).is_file():
-            raise UsageError(f"show: {f} does not exist; give the events.jsonl of a sweep, watch or callback")
+        why = _unreadable(f)
+        if why:
+            raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
     report = read_events(ns.files)
     if report.skipped:
         sys.stderr.write(f"tracetui: {report.summary()}\n")

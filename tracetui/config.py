@@ -221,9 +221,22 @@ def load_toml(path: str) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("--config", f"{path} is not valid TOML ({exc})",
                           "fix the file's syntax") from None
-    # Settings may sit at the top level or under [sweep].
-    table = data.get("sweep", data) if isinstance(data.get("sweep"), dict) else data
-    return {k: v for k, v in table.items() if k != "sweep"}
+    # Settings sit at the top level or under [sweep], not both: a key beside [sweep] would be
+    # silently ignored, and a table of another name (a misspelt [swep]) holds nothing tracetui reads.
+    if "sweep" in data and not isinstance(data["sweep"], dict):
+        raise ConfigError("--config", f"{path}: sweep must be a table ([sweep]), not a value",
+                          "write [sweep] on a line of its own, with the settings below it")
+    for key, value in data.items():
+        if key != "sweep" and isinstance(value, dict):
+            raise ConfigError("--config", f"{path}: [{key}] is not a table tracetui reads",
+                              "put the settings under [sweep] or at the top level")
+    if "sweep" in data:
+        beside = [k for k in data if k != "sweep"]
+        if beside:
+            raise ConfigError("--config", f"{path}: {', '.join(beside[:5])} at the top level beside [sweep] would be ignored",
+                              "move them under [sweep] (above it in the file is the top level)")
+        return dict(data["sweep"])
+    return dict(data)
 
 
 def validate(cfg: SweepConfig) -> list[Split]:
@@ -307,6 +320,8 @@ def validate(cfg: SweepConfig) -> list[Split]:
     if len(set(cfg.effective_batch)) != len(cfg.effective_batch):
         raise ConfigError("--effective-batch", "lists a value twice", "give each effective batch once")
     splits = cfg.split_list()
+    if not splits and cfg.splits != "auto":
+        raise ConfigError("--splits", f"{cfg.splits!r} names no split", "give splits like 1x4,2x2,4x1, or auto")
     if not splits:
         raise ConfigError("--max-micro-batch", f"{cfg.max_micro_batch} leaves no split to run",
                           "raise --max-micro-batch or give --splits")

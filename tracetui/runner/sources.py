@@ -98,12 +98,79 @@ def load_text_dataset(cfg: SweepConfig):
     if cfg.text_field not in ds.column_names:
         raise ConfigError("--text-field", f"{cfg.text_field!r} is not a column of {cfg.dataset} "
                           f"(columns: {', '.join(ds.column_names)})", "name the column that holds the text")
+    check_text_rows(ds, cfg)
     return ds
 
 
-def build_dataset(cfg: SweepConfig, vocab_size: int):
+#: characters kept per token of ``--seq-len`` when a row is cut before tokenising (see
+#: :func:`char_limit`)
+CHARS_PER_TOKEN = 64
+
+
+def char_limit(seq_len: int, tokenizer: Any = None) -> int:
+    """How many characters of a row can matter for ``seq_len`` tokens.
+
+    TRL truncates to ``seq_len`` tokens only after tokenising the whole row, so one 50 MB row
+    costs gigabytes. Cutting the text first is safe as long as the cut lies beyond the last
+    character the first ``seq_len`` tokens cover. No token covers more characters than its
+    vocabulary entry is long (byte-level entries spell one character per byte, others spell
+    their text, byte-fallback pieces like ``<0xE2>`` are longer than the byte they stand for),
+    so ``seq_len`` tokens cover at most ``seq_len`` times the longest entry. Without the
+    tokenizer at hand, :data:`CHARS_PER_TOKEN` (64) per token is used: real vocabularies'
+    typical tokens are 3-5 characters, and a run of 256 tokens averaging over 64 characters
+    each would take a text made of little but the vocabulary's very longest entries. (Characters
+    a tokenizer's normaliser deletes outright cover no token; a row holding megabytes of them
+    is the one case this bound could cut short, and it is cut to the same ``seq_len`` anyway.)
+    """
+    per_token = CHARS_PER_TOKEN
+    if tokenizer is not None:
+        try:
+            longest = max((len(t) for t in tokenizer.get_vocab()), default=0)
+            per_token = max(per_token, longest)
+        except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary: keep the default
+            pass
+    return max(1, seq_len) * per_token
+
+
+def check_text_rows(ds: Any, cfg: SweepConfig) -> None:
+    """Refuse a text column with nothing to train on (every row empty or missing), which would
+    otherwise train "ok" with a loss of 0.0, and one that holds something other than text.
+    (No rows at all is the caller's to say.)"""
+    if len(ds) == 0:
+        return
+    for batch in ds.iter(batch_size=1000):
+        for value in batch[cfg.text_field]:
+            if value is None or value == "":
+                continue
+            if not isinstance(value, str):
+                raise ConfigError("--text-field", f"{cfg.text_field!r} of {cfg.dataset} holds "
+                                  f"{type(value).__name__} values, not text", "name the column that holds the text")
+            return
+    raise ConfigError("--dataset", f"every row of {cfg.dataset} has an empty {cfg.text_field!r}",
+                      "give a data set with text in it, or name the right column with --text-field")
+
+
+def truncate_rows(ds: Any, cfg: SweepConfig, tokenizer: Any = None) -> Any:
+    """Cut every row's text to :func:`char_limit` characters before anything tokenises it."""
+    limit = char_limit(cfg.seq_len, tokenizer)
+    field = cfg.text_field
+    if not any(isinstance(v, str) and len(v) > limit
+               for batch in ds.iter(batch_size=1000) for v in batch[field]):
+        return ds
+
+    def cut(batch: dict) -> dict:
+        return {field: [v[:limit] if isinstance(v, str) else v for v in batch[field]]}
+
+    return ds.map(cut, batched=True, batch_size=100, keep_in_memory=True, desc="cutting over-long rows")
+
+
+def build_dataset(cfg: SweepConfig, vocab_size: int, tokenizer: Any = None):
+    """The rows a run trains on. Text rows are checked (:func:`check_text_rows`, in
+    :func:`load_text_dataset`) and cut to what
+    ``seq_len`` tokens can use (:func:`truncate_rows`); pass ``tokenizer`` for the exact bound."""
     if dataset_kind(cfg.dataset) == "synthetic":
         return synthetic_dataset(cfg, vocab_size)
     ds = load_text_dataset(cfg)
     keep = [cfg.text_field]
-    return ds.remove_columns([c for c in ds.column_names if c not in keep])
+    ds = ds.remove_columns([c for c in ds.column_names if c not in keep])
+    return truncate_rows(ds, cfg, tokenizer)

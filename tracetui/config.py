@@ -84,6 +84,7 @@ class SweepConfig:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str = ""
+    stall_timeout: float | None = None
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -187,7 +188,7 @@ _TYPES: dict[str, type] = {
     "precision": str, "activation_checkpointing": bool, "lr": float, "seed": int, "device": str,
     "memory_limit": float, "runs_dir": str, "sample_hz": float, "probe": bool,
     "until_confident": float, "min_steps": int, "gpus": str, "nproc_per_node": int, "nnodes": int,
-    "node_rank": int, "rdzv_endpoint": str,
+    "node_rank": int, "rdzv_endpoint": str, "stall_timeout": float,
 }
 
 
@@ -284,6 +285,8 @@ def validate(cfg: SweepConfig) -> list[Split]:
         if cfg.warmup + cfg.min_steps > cfg.steps:
             raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
                               "raise --steps (the most steps a split may take) or lower --min-steps")
+    if cfg.stall_timeout is not None and not (cfg.stall_timeout > 0):
+        raise ConfigError("--stall-timeout", f"must be a positive number of seconds, got {cfg.stall_timeout}", "give e.g. 300")
     if not (0 < cfg.sample_hz <= 100):
         raise ConfigError("--sample-hz", f"{cfg.sample_hz} is outside (0, 100]", "give e.g. 10")
     if not cfg.lora_targets.strip():
@@ -497,6 +500,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nnodes", default=S, help="torchrun: number of machines (default 1)")
     g.add_argument("--node-rank", default=S, help="torchrun: this machine's rank")
     g.add_argument("--rdzv-endpoint", default=S, metavar="HOST:PORT", help="torchrun: rendezvous endpoint")
+    g.add_argument("--stall-timeout", default=S, metavar="SECONDS",
+                   help="stop a run as stalled after SECONDS without progress (default: 10x its median step, at least 60 s; before its first step at least 600 s)")
     g.add_argument("--no-probe", dest="probe", action="store_false", default=S,
                    help="train without the probe's hooks (for overhead measurements)")
 

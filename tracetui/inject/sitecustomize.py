@@ -1,5 +1,6 @@
-"""Loaded through PYTHONPATH by ``tracetui sweep``: adds a TraceCallback to every transformers
-``Trainer`` the unmodified training script builds, then runs any sitecustomize it shadows."""
+"""Loaded through PYTHONPATH by ``tracetui sweep`` (and its data-parallel runs): adds a
+TraceCallback to every transformers ``Trainer`` the unmodified training script builds, makes every
+Python process of the run die with tracetui, then runs any sitecustomize it shadows."""
 
 import importlib.abc
 import importlib.machinery
@@ -8,6 +9,47 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _die_with_owner(owner: int) -> None:
+    """Kill this process when tracetui (pid ``owner``) ends, however it ends.
+
+    tracetui's direct child already gets the kernel's parent-death signal; the processes it
+    starts (torchrun's ranks, a launcher's workers) are not tracetui's children, and a
+    parent-death signal of their own would follow their parent's *thread*, which may end while
+    the run goes on. So a daemon thread waits on a pidfd of tracetui itself (readable once it has
+    exited) and kills this process then. Costs nothing while it waits."""
+    import select
+    import signal
+    import threading
+    import time
+
+    try:
+        fd = os.pidfd_open(owner)
+    except ProcessLookupError:
+        os._exit(1)  # tracetui is gone already
+    except (OSError, AttributeError):
+        fd = None  # no pidfds (old kernel): look once a second
+
+    def wait() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(owner, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait, name="tracetui-owner-watch", daemon=True).start()
+
+
+if os.environ.get("TRACETUI_OWNER_PID", "").isdigit() and int(os.environ["TRACETUI_OWNER_PID"]) != os.getpid():
+    _die_with_owner(int(os.environ["TRACETUI_OWNER_PID"]))
 
 
 def _patch_trainer(module) -> None:

@@ -9,9 +9,11 @@ Offers the same interface as :class:`~tracetui.runner.sweep.Sweep` to the TUI an
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from typing import Callable
 from ..config import ConfigError, Split, SweepConfig
 from ..events import RUN_FAILED, RUN_FINISHED, make
 from ..store import EventLog
-from .sweep import Planned, RunSpec, new_sweep_id
+from .sweep import KILL_AFTER_S, OWNER_ENV, Planned, RunSpec, StallClock, die_with_this_process, launch, new_sweep_id
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
 
@@ -57,18 +59,34 @@ class ScriptSweep(Planned):
         self.id_suffix = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
         self._make_plan(splits)
         self.warnings: list[str] = []
-        # A private socket: its folder is made 0700 by the listener.
-        self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
-        self.socket_path = os.path.join(self._sockdir, "sweep.sock")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._final: dict[str, str] = {}
-        self.listener = SocketListener(self.socket_path, self._emit).start()
+        self._clock: tuple[str, StallClock] | None = None  # the running run's progress
+        self._stalled: set[str] = set()
+        # A private socket: its folder is made 0700 by the listener, and removed on every way out
+        # this process lives through (close, an error here, interpreter exit).
+        self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
+        atexit.register(self._remove_sockdir)
+        self.socket_path = os.path.join(self._sockdir, "sweep.sock")
+        try:
+            self.listener = SocketListener(self.socket_path, self._emit).start()
+        except BaseException:
+            self._remove_sockdir()
+            raise
         self._stop = threading.Event()
         self._proc: subprocess.Popen | None = None
         self.interrupted = False
         self.outcomes: dict[str, str] = {}
 
     def _emit(self, event: dict) -> None:
+        with self._lock:
+            if event.get("run_id") in self._stalled:
+                return  # what a stalled run sends while it is stopped is not measured
+            if self._clock is not None and event.get("run_id") == self._clock[0]:
+                self._clock[1].saw(event)
+            self._record(event)
+
+    def _record(self, event: dict) -> None:
         with self._lock:
             if event["type"] in (RUN_FINISHED, RUN_FAILED) and event.get("rank", 0) == 0:
                 self._final[event["run_id"]] = "ok" if event["type"] == RUN_FINISHED else event["kind"]
@@ -113,22 +131,41 @@ class ScriptSweep(Planned):
         # NVLink multicast stays off for every NCCL job we start (shared GPU hosts).
         for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
             env.setdefault(k, v)
+        env[OWNER_ENV] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
+        clock = StallClock(self.cfg.stall_timeout)
+        with self._lock:
+            self._clock = (spec.run_id, clock)
+        stalled = None
         with open(log_path, "w") as log:
-            self._proc = proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, start_new_session=True)
+            # Started from the launcher thread and killed by the kernel if tracetui dies (see
+            # tracetui.runner.sweep); in its own session, so the terminal's signals are ours to pass on.
+            self._proc = proc = launch(lambda: subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_this_process()))
             term_at = None
             while proc.poll() is None:
-                if self._stop.is_set() and term_at is None:
+                if term_at is None and stalled is None:
+                    with self._lock:
+                        stalled = clock.stalled()
+                        if stalled:
+                            self._stalled.add(spec.run_id)
+                if (self._stop.is_set() or stalled) and term_at is None:
                     term_at = time.monotonic()
-                    os.killpg(proc.pid, signal.SIGTERM)
-                if term_at is not None and time.monotonic() - term_at > 10:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    _signal_group(proc.pid, signal.SIGTERM)
+                    if stalled:
+                        _signal_group(proc.pid, signal.SIGCONT)  # stopped processes act on it once continued
+                if term_at is not None and time.monotonic() - term_at > KILL_AFTER_S:
+                    _signal_group(proc.pid, signal.SIGKILL)
                 time.sleep(0.1)
         self._proc = None
         time.sleep(0.3)  # let the listener read the last lines
         with self._lock:
             final = self._final.get(spec.run_id)
+            self._clock = None
+        if stalled:
+            self._record(make(RUN_FAILED, spec.run_id, kind="stalled", message=stalled))
+            return "stalled"
         if final is not None:
             return final
         code = proc.returncode
@@ -148,12 +185,21 @@ class ScriptSweep(Planned):
         return kind
 
     def close(self) -> None:
-        self.listener.close()
-        self.log.close()
         try:
-            os.rmdir(self._sockdir)
-        except OSError:
-            pass
+            self.listener.close()
+            self.log.close()
+        finally:
+            self._remove_sockdir()
+
+    def _remove_sockdir(self) -> None:
+        shutil.rmtree(self._sockdir, ignore_errors=True)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except OSError:  # gone already
+        pass
 
 
 def _tail(path: Path, n: int = 4000) -> str:

@@ -3,6 +3,9 @@ whoever listens (TUI, headless progress), and turn a worker that dies silently i
 
 Each run gets a fresh process and a fresh bounded queue: a crash, an out-of-memory or a worker
 killed while holding the queue's lock cannot poison the next run.
+
+No trial process outlives tracetui (see :func:`set_parent_death_signal` and :func:`launch`), and
+a run that stops making progress is stopped and reported ``stalled`` (see :func:`stall_limit`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import signal
+import statistics
+import sys
 import threading
 import time
 import uuid
@@ -20,13 +25,180 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import Split, SweepConfig
-from ..events import RUN_FAILED, RUN_FINISHED, STEP, make
+from ..events import GPU, RUN_FAILED, RUN_FINISHED, STEP, make
 from ..store import EventLog
 
 #: after a worker exits without a final event, how long to keep draining its queue
 _DRAIN_S = 1.0
 #: queue size: large enough for bursts, small enough to bound memory
 QUEUE_MAX = 10_000
+#: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
+KILL_AFTER_S = 10.0
+#: stall limits (seconds without an event other than GPU samples): before a run's first step
+#: (imports, loading the model, the first step's one-off costs) at least START_STALL_S; after it
+#: STALL_STEPS times the median step, at least MIN_STALL_S, unless ``--stall-timeout`` says
+START_STALL_S = 600.0
+MIN_STALL_S = 60.0
+STALL_STEPS = 10.0
+
+
+def stall_limit(explicit: float | None, step_walls_s: list[float]) -> tuple[float, str]:
+    """Seconds a run may go without an event before it is ``stalled``, and what set it.
+    ``explicit``: ``--stall-timeout``; ``step_walls_s``: the wall times of the run's steps so far."""
+    if not step_walls_s:
+        return max(START_STALL_S, explicit or 0.0), "before the first step"
+    if explicit is not None:
+        return explicit, "--stall-timeout"
+    return max(MIN_STALL_S, STALL_STEPS * statistics.median(step_walls_s)), "10x the median step, at least 60 s"
+
+
+class StallClock:
+    """When a run last made progress (any event but GPU samples, which a sampler thread goes on
+    sending while training hangs), and how long it may go without."""
+
+    def __init__(self, explicit: float | None):
+        self.explicit = explicit
+        self.walls: list[float] = []
+        self.last = time.monotonic()
+        self.limit, self.why = stall_limit(explicit, self.walls)
+
+    def saw(self, event: dict) -> None:
+        if event.get("type") == GPU:
+            return
+        self.last = time.monotonic()
+        if event.get("type") == STEP and event.get("rank") in (0, None) and event.get("wall_ms") is not None:
+            self.walls.append(float(event["wall_ms"]) / 1000.0)
+            self.limit, self.why = stall_limit(self.explicit, self.walls)
+
+    def stalled(self) -> str | None:
+        """The ``stalled`` message once the run has gone too long without progress, else None."""
+        idle = time.monotonic() - self.last
+        if idle <= self.limit:
+            return None
+        return (f"no progress for {idle:.0f} s (limit {self.limit:g} s, {self.why}); stopped; "
+                "if it was only slow, raise --stall-timeout SECONDS")
+
+
+# ---- no trial outlives tracetui ---------------------------------------------------------------
+#
+# The kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills a trial when tracetui
+# dies, however it dies (SIGKILL included). Two traps:
+#
+# * It is armed by the child, so tracetui may already be gone when the child arms it: right after
+#   arming, the child checks that its parent is still the process that started it, and exits if
+#   not (:func:`set_parent_death_signal`).
+# * It fires when the *thread* that forked the child ends, not the process. tracetui starts trials
+#   from lane threads, the monitor's sweep thread and rerun threads, all of which end while
+#   tracetui lives on. So every trial process is started by one launcher thread (:func:`launch`)
+#   that lives as long as the tracetui process: the signal then means "tracetui is gone", never
+#   "a helper thread finished". (A watchdog pipe polled by the child would also work, but needs a
+#   thread in every child, including the user's own script; the launcher costs nothing in the
+#   child.)
+#
+# Processes further down (torchrun's ranks, whatever a swept script starts) are not tracetui's
+# children: those that run Python get a watcher on tracetui's pid from ``tracetui.inject``'s
+# sitecustomize, which ``tracetui sweep`` and data-parallel runs put on their path.
+
+PR_SET_PDEATHSIG = 1
+#: the parent-death signal: SIGKILL, as nothing is left to report to, and a trial stopped in a
+#: debugger or a hung CUDA call could not act on a softer one
+DEATH_SIGNAL = signal.SIGKILL
+#: the environment variable naming tracetui's pid for processes further down (sitecustomize)
+OWNER_ENV = "TRACETUI_OWNER_PID"
+
+
+def _prctl():
+    """libc's prctl (resolved before any fork: a preexec function must not load libraries)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def set_parent_death_signal(parent_pid: int, sig: int = DEATH_SIGNAL, prctl=None) -> None:
+    """In a child: be sent ``sig`` when the parent dies; exit at once if ``parent_pid``, the
+    process that started this one, is already gone (the race between fork and arming)."""
+    prctl = prctl or _prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def die_with_this_process():
+    """A ``preexec_fn`` for :class:`subprocess.Popen`: the child is killed when this process
+    dies. Start the child from :func:`launch`."""
+    parent, prctl = os.getpid(), _prctl()
+
+    def preexec() -> None:
+        set_parent_death_signal(parent, DEATH_SIGNAL, prctl)
+
+    return preexec
+
+
+class _Launcher:
+    """One daemon thread that starts every trial process and lives as long as tracetui."""
+
+    def __init__(self) -> None:
+        self._jobs: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            done.set()
+
+    def call(self, fn: Callable):
+        if threading.current_thread() is self._thread:
+            return fn()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="tracetui-launcher", daemon=True)
+                self._thread.start()
+        box: dict = {}
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+
+_launcher = _Launcher()
+
+
+#: signals a worker takes from the terminal's process group (Ctrl-C, a hang-up): the sweep decides
+#: what they stop, and tells the worker with SIGTERM
+TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
+
+
+def start_shielded(proc) -> None:
+    """Start ``proc`` (a multiprocessing process) with :data:`TERMINAL_SIGNALS` blocked, a mask it
+    inherits: a Ctrl-C during its interpreter's start-up would otherwise print a traceback on the
+    terminal. The worker ignores them, then unblocks them (:func:`tracetui.runner.worker.run`)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+    try:
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def launch(start: Callable):
+    """Run ``start`` (which starts a trial process and returns its handle) on the launcher
+    thread, from whatever thread asks."""
+    return _launcher.call(start)
 
 
 @dataclass
@@ -224,25 +396,32 @@ class Sweep(Planned):
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
         payload = dict(run_id=spec.run_id, config=self.cfg.to_dict(), micro_batch=spec.split.micro_batch,
-                       grad_accum=spec.split.grad_accum, repeat=spec.repeat, gpu=spec.gpu, log_path=log_path)
+                       grad_accum=spec.split.grad_accum, repeat=spec.repeat, gpu=spec.gpu, log_path=log_path,
+                       parent_pid=os.getpid())
         if self.cfg.until_confident is not None:
             with self._lock:
                 payload["references"] = self.measured.references(spec.split, self.cfg.min_steps)
         from . import worker
 
         proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.label}", daemon=True)
-        proc.start()
+        launch(lambda: start_shielded(proc))  # see "no trial outlives tracetui" above
         with self._lock:
             self._procs[spec.run_id] = proc
         final: str | None = None
         dead_since: float | None = None
         term_sent: float | None = None
+        clock = StallClock(self.cfg.stall_timeout)
+        stalled: str | None = None
         try:
             while True:
-                if self._stop.is_set() and term_sent is None and proc.is_alive():
+                if stalled is None and term_sent is None:
+                    stalled = clock.stalled()
+                if (self._stop.is_set() or stalled) and term_sent is None and proc.is_alive():
                     term_sent = time.monotonic()
                     proc.terminate()  # SIGTERM: the worker reports ``interrupted``
-                if term_sent is not None and proc.is_alive() and time.monotonic() - term_sent > 10:
+                    if stalled:
+                        _continue(proc.pid)  # a stopped worker acts on SIGTERM only once continued
+                if term_sent is not None and proc.is_alive() and time.monotonic() - term_sent > KILL_AFTER_S:
                     proc.kill()
                 try:
                     event = q.get(timeout=0.1)
@@ -251,6 +430,9 @@ class Sweep(Planned):
                 except (EOFError, OSError):
                     event = None
                 if event is not None:
+                    if stalled:
+                        continue  # what a stalled run sends while it is stopped is not measured
+                    clock.saw(event)
                     if event.get("run_id") == spec.run_id and event.get("type") in (RUN_FINISHED, RUN_FAILED):
                         final = "ok" if event["type"] == RUN_FINISHED else event.get("kind", "error")
                     self._emit(event)
@@ -272,7 +454,9 @@ class Sweep(Planned):
             q.cancel_join_thread()
         if final is None:
             code = proc.exitcode
-            if self._stop.is_set():
+            if stalled:
+                final, msg = "stalled", stalled
+            elif self._stop.is_set():
                 final = "interrupted"
                 msg = "stopped by the sweep"
             else:
@@ -282,6 +466,14 @@ class Sweep(Planned):
                 msg = f"worker {how} without reporting; its log: {log_path}"
             self._emit(make(RUN_FAILED, spec.run_id, kind=final, message=msg))
         return final
+
+
+def _continue(pid: int | None) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
 
 
 def gpu_model_warnings(lanes: list[int | None]) -> list[str]:

@@ -13,12 +13,32 @@ import traceback
 from typing import Any
 
 
-class Interrupted(Exception):
-    """SIGTERM from the sweep: stop training and report ``interrupted``."""
+class Interrupted(BaseException):
+    """SIGTERM from the sweep: stop training and report ``interrupted``.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: libraries' ``except Exception`` blocks
+    (TRL's lazy imports wrap any failure as ``RuntimeError: Failed to import trl...``) must not
+    turn it into an error."""
+
+
+#: set once SIGTERM arrived: whatever the exception it surfaces as, the run was interrupted
+_terminated = False
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001
+    global _terminated
+    _terminated = True
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the report must not be cut short
     raise Interrupted()
+
+
+def _was_interrupted(exc: BaseException) -> bool:
+    chain, e = 0, exc
+    while e is not None and chain < 20:
+        if isinstance(e, Interrupted):
+            return True
+        e, chain = e.__cause__ or e.__context__, chain + 1
+    return _terminated
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -93,8 +113,17 @@ def resolve_precision(precision: str, device: str):
 
 def run(spec: dict, mp_queue: Any) -> None:
     """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
-    gpu (index or None), log_path."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep decides what Ctrl-C stops
+    gpu (index or None), log_path, parent_pid (the sweep's process)."""
+    # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
+    if spec.get("parent_pid"):
+        from .sweep import set_parent_death_signal
+
+        set_parent_death_signal(spec["parent_pid"])
+    # The sweep decides what Ctrl-C and a terminal hang-up (sent to the whole process group)
+    # stop: it sends SIGTERM. It started this process with them blocked (start-up is not ours).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
     # Keep the child's prints off the terminal the TUI draws on.
     log = open(spec["log_path"], "a", buffering=1, encoding="utf-8")
@@ -159,14 +188,15 @@ def run(spec: dict, mp_queue: Any) -> None:
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
                        stop_reason=metrics.get("stop_reason"), quiet=metrics.get("quiet") or {}))
-    except Interrupted:
-        sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
-        code = 3
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
-        kind, message = classify_failure(exc, mb)
-        traceback.print_exc()
-        sink.emit(make(RUN_FAILED, run_id, kind=kind, message=message))
-        code = 4 if kind == "oom" else 1
+        if _was_interrupted(exc):
+            sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
+            code = 3
+        else:
+            kind, message = classify_failure(exc, mb)
+            traceback.print_exc()
+            sink.emit(make(RUN_FAILED, run_id, kind=kind, message=message))
+            code = 4 if kind == "oom" else 1
     finally:
         if sampler is not None:
             sampler.stop()

@@ -3,6 +3,9 @@
 
 User errors end with one line on stderr and exit status 2; no tracebacks. Heavy libraries are
 imported only on the paths that train, so ``--help`` answers at once.
+
+SIGINT, SIGTERM and SIGHUP (a dropped SSH session) stop a sweep the same way: workers stopped,
+what was measured written, a line saying what was interrupted, exit status 128 + the signal.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from . import __version__
 from .config import ConfigError, SweepConfig, add_arguments, from_args, validate, validate_deep
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: the signals that stop a sweep (SIGHUP: the terminal went away, as when an SSH session drops)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class UsageError(Exception):
@@ -55,6 +60,109 @@ def _fail(msg: str, code: int = EXIT_USAGE) -> int:
     line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in msg)
     sys.stderr.write(f"tracetui: error: {line}\n")
     return code
+
+
+def say(line: str) -> None:
+    """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
+    pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
+    buffer cannot fail the exit either."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        try:
+            sys.stderr = open(os.devnull, "w")
+        except OSError:
+            pass
+
+
+class StopSignals:
+    """Catches :data:`STOP_SIGNALS` while a sweep runs and its outputs are written.
+
+    The first signal calls ``stop`` and sets the exit status; later ones (a second Ctrl-C 50 ms
+    after the first) are only counted, so nothing can cut the writing of the outputs short. Once
+    a signal came, :meth:`release` leaves the signals ignored: the process is on its way out, and
+    a signal in its last moments would only print a ``KeyboardInterrupt`` traceback."""
+
+    def __init__(self, stop=None):
+        self.stop = stop
+        self.signum: int | None = None
+        self._old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+
+    def _on_signal(self, signum, frame) -> None:  # noqa: ARG002
+        if self.signum is None:
+            self.signum = int(signum)
+        if self.stop is not None:
+            self.stop()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def release(self) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, signal.SIG_IGN if self.signum else old)
+
+
+_held_locks: dict[str, int] = {}
+
+
+def _lock_path(path: str) -> str:
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tracetui-lock")
+
+
+def lock_output(path: str, flag: str) -> None:
+    """Hold an exclusive lock beside ``path`` for as long as this process lives (or until
+    :func:`release_outputs`): a second sweep writing the same file is refused with one line
+    instead of silently replacing the first one's results. The kernel drops the lock when the
+    process dies however it dies, so a lock file left by a killed sweep never blocks anyone."""
+    import fcntl
+
+    if path == "-":
+        return
+    key = os.path.abspath(path)
+    if key in _held_locks:
+        return
+    lock = _lock_path(key)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return  # a folder we cannot write in: the output check says so where it matters
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            finally:
+                os.close(fd)
+            raise ConfigError(flag, f"{path} is being written by another tracetui sweep"
+                              + (f" (pid {holder})" if holder.isdigit() else "") + ", which is still running",
+                              "wait for it to finish, or give another path") from None
+        except OSError:  # a file system without locks
+            os.close(fd)
+            return
+        try:  # its last holder may have removed it between our open and lock: lock what is there
+            st, mine = os.stat(lock), os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held_locks[key] = fd
+
+
+def release_outputs() -> None:
+    """Drop the output locks (removing their files while they are still held: see :func:`lock_output`)."""
+    for key, fd in list(_held_locks.items()):
+        try:
+            os.unlink(_lock_path(key))
+        except OSError:
+            pass
+        os.close(fd)
+        del _held_locks[key]
 
 
 def _default_out(ns) -> str:
@@ -96,6 +204,16 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         _check_writable(ns.steps_csv, "--steps-csv")
     if deep:
         validate_deep(cfg)
+    if not getattr(ns, "dry_run", False):
+        # Last, once nothing else can refuse the run: held until the process ends.
+        if not _held_locks:
+            import atexit
+
+            atexit.register(release_outputs)
+        lock_output(_default_out(ns) if getattr(ns, "export", None) else (ns.output or "tracetui_results.csv"),
+                    "--output")
+        if getattr(ns, "steps_csv", None):
+            lock_output(ns.steps_csv, "--steps-csv")
     return cfg, splits
 
 
@@ -149,21 +267,20 @@ def progress_printer(total_runs: int, steps: int):
             env = e.get("env") or {}
             where = env.get("gpu_name") or "CPU"
             of = f"/{total_runs}" if total_runs else ""
-            sys.stderr.write(f"[{state['n']}{of}] {label}: started on {where} (pid {e.get('pid')})\n")
+            say(f"[{state['n']}{of}] {label}: started on {where} (pid {e.get('pid')})")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
             every = max(1, total // 10)
             if e["step"] % every == 0 or e["step"] == total:
                 tag = " (warm-up)" if e["warmup"] else ""
                 of = f"/{total}" if total else ""
-                sys.stderr.write(f"  {label}: step {e['step']}{of} {e['wall_ms']:.1f} ms{tag}\n")
+                say(f"  {label}: step {e['step']}{of} {e['wall_ms']:.1f} ms{tag}")
         elif t == RUN_FINISHED and e.get("rank", 0) == 0:
-            sys.stderr.write(f"  {label}: ok\n")
+            say(f"  {label}: ok")
         elif t == RUN_FAILED:
-            sys.stderr.write(f"  {label}: {e['kind']}: {e['message']}\n")
+            say(f"  {label}: {e['kind']}: {e['message']}")
         elif t == NOTICE and e.get("level") == "warning":
-            sys.stderr.write(f"  {label}: {e['message']}\n")
-        sys.stderr.flush()
+            say(f"  {label}: {e['message']}")
 
     return on_event
 
@@ -193,15 +310,27 @@ def write_and_report(results, ns, log_path: str | None) -> int:
 
     rows, err = finish_outputs(results, ns, log_path)
     if err:
-        sys.stderr.write(f"tracetui: error: {err}\n")
+        say(f"tracetui: error: {err}")
     for line in (verdict(rows), recommendation(rows)):
         if line:
-            sys.stderr.write(f"tracetui: {line}\n")
+            say(f"tracetui: {line}")
     return EXIT_NONE_OK if err else EXIT_OK
 
 
 def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
-    """Run ``sweep`` (default: a :class:`Sweep` of ``cfg``) with progress on stderr; write outputs."""
+    """Run ``sweep`` (default: a :class:`Sweep` of ``cfg``) with progress on stderr; write outputs.
+
+    SIGINT, SIGTERM and SIGHUP stop it (:class:`StopSignals`), from before the sweep starts until
+    the outputs are written."""
+    signals = StopSignals(stop=sweep.stop if sweep is not None else None)
+    try:
+        return _run_headless(cfg, splits, ns, sweep, signals)
+    finally:
+        signals.release()
+        release_outputs()
+
+
+def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignals) -> int:
     from .analysis import Results, recommendation, verdict
     from .runner.sweep import Sweep
 
@@ -215,40 +344,33 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
     if sweep is None:
         sweep = Sweep(cfg, splits)
+        signals.stop = sweep.stop
     sweep.on_event = on_event
     for w in sweep.warnings:
-        sys.stderr.write(f"tracetui: warning: {w}\n")
-    sys.stderr.write(f"tracetui: {len(sweep.plan)} run(s); events -> {sweep.log.path}\n")
-    received = {}
-
-    def on_signal(signum, frame):  # noqa: ARG001
-        received["sig"] = signal.Signals(signum).name
-        received["signum"] = int(signum)
+        say(f"tracetui: warning: {w}")
+    say(f"tracetui: {len(sweep.plan)} run(s); events -> {sweep.log.path}")
+    if signals.signum:  # came while the sweep was being set up
         sweep.stop()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         sweep.run()
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         sweep.close()
     rows, err = finish_outputs(results, ns, str(sweep.log.path))
     if sweep.log.error:
-        sys.stderr.write(f"tracetui: warning: {sweep.log.error}\n")
+        say(f"tracetui: warning: {sweep.log.error}")
     if err:
-        sys.stderr.write(f"tracetui: error: {err}\n")
+        say(f"tracetui: error: {err}")
     line = verdict(rows)
     if line:
-        sys.stderr.write(f"tracetui: {line}\n")
+        say(f"tracetui: {line}")
     rec = recommendation(rows)
     if rec:
-        sys.stderr.write(f"tracetui: {rec}\n")
-    if sweep.interrupted:
+        say(f"tracetui: {rec}")
+    if sweep.interrupted or signals.signum:
         done = [r["split"] for r in rows if r["status"] == "ok"]
-        sys.stderr.write(f"tracetui: interrupted by {received.get('sig', 'a stop request')}; "
-                         f"finished splits: {', '.join(done) or 'none'}; every measured step is in {sweep.log.path}\n")
-        return 128 + received.get("signum", signal.SIGINT)
+        say(f"tracetui: interrupted by {signals.name or 'a stop request'}; "
+            f"finished splits: {', '.join(done) or 'none'}; every measured step is in {sweep.log.path}")
+        return 128 + (signals.signum or signal.SIGINT)
     if err:
         return EXIT_NONE_OK
     ok = any(r["status"] == "ok" for r in rows)

@@ -103,6 +103,8 @@ class TraceApp(App):
         self.cpu = CpuMeter()
         self._quitting = False
         self._focus_run: str | None = None
+        #: a stop signal (SIGTERM, SIGHUP, SIGINT) caught by :func:`run_app`; the timer acts on it
+        self.signalled: int | None = None
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -166,6 +168,8 @@ class TraceApp(App):
                         "for figures, run headless (tracetui --export csv)", severity="warning", timeout=15)
 
     def _tick(self) -> None:
+        if self.signalled and not self._quitting:
+            self.quit_on_signal(self.signalled)
         self.apply_events()
         if isinstance(self.source, WatchSource):
             self.sub_title = self.source.describe()
@@ -271,6 +275,22 @@ class TraceApp(App):
             self.source.stop()
             self._write_and_exit()
 
+    def quit_on_signal(self, signum: int) -> None:
+        """Quit as ``q`` does (workers stopped, what was measured written, the terminal given
+        back), with the signal's exit status."""
+        import signal
+
+        if self._quitting:
+            return
+        self._quitting = True
+        self.quit_reason = f"interrupted by {signal.Signals(signum).name}"
+        self.exit_code = 128 + signum
+        self.source.stop()
+        if self.source.running():
+            self._finish_quit()
+        else:
+            self._write_and_exit()
+
     @work(thread=True, exclusive=True, exit_on_error=False)
     def _finish_quit(self) -> None:
         self.source.join(timeout=30)
@@ -301,8 +321,60 @@ def _refuse(why: str) -> int:
     return _fail(why)
 
 
+class _TerminalOut:
+    """The monitor's output (Textual draws to ``sys.__stderr__``): the terminal, until it hangs up
+    (an SSH drop). From then on every write fails with EIO, which would end Textual's writer
+    thread and leave its shutdown waiting on it for ever, CSV unwritten; they are dropped instead."""
+
+    def __init__(self, file) -> None:
+        self._file = file
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._file.write(text)
+            except (OSError, ValueError):
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._file.flush()
+            except (OSError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._file, name)
+
+
+def _run_on_terminal(app: TraceApp) -> None:
+    """Run ``app``, its output proof against a terminal that hangs up (:class:`_TerminalOut`)."""
+    terminal, sys.__stderr__ = sys.__stderr__, _TerminalOut(sys.__stderr__)
+    try:
+        app.run()
+    finally:
+        sys.__stderr__ = terminal
+
+
+def _quit_on_signals(app: TraceApp):
+    """SIGTERM, SIGHUP or SIGINT make ``app`` quit as ``q`` does (see :func:`run_app`)."""
+    from ..cli import StopSignals
+
+    signals = StopSignals()
+    signals.stop = lambda: setattr(app, "signalled", signals.signum)
+    return signals
+
+
 def run_app(cfg, splits, ns, sweep=None) -> int:
-    """Open the monitor on a new sweep; after it closes, say where everything is."""
+    """Open the monitor on a new sweep; after it closes, say where everything is.
+
+    SIGTERM, SIGHUP (the SSH session dropped) and SIGINT stop the workers at once and make the
+    monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
+    status is 128 + the signal. Signals that come later change nothing (see
+    :class:`~tracetui.cli.StopSignals`)."""
+    from ..cli import StopSignals, say
     from ..runner.sweep import Sweep
 
     why = no_terminal()
@@ -310,25 +382,41 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         if sweep is not None:
             sweep.close()
         return _refuse(why)
-    if sweep is None:
-        sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
-    out = ns.output or "tracetui_results.csv"
-    planned = [(s.run_id, s.label) for s in sweep.plan]
-    app = TraceApp(SweepSource(sweep), out_path=out, planned=planned,
-                   subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps", project_steps=ns.project_steps)
-    started = time.monotonic()
-    app.run()
-    sweep.close()
-    code = app.return_code or app.exit_code
-    wrote = "" if app.quit_reason and "cannot write" in app.quit_reason else f"; summary in {out}"
-    if app.quit_reason:
-        done = [r["split"] for r in app.rows if r["status"] == "ok"]
-        sys.stderr.write(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
-                         f"every measured step is in {sweep.log.path}{wrote}\n")
-    else:
-        sys.stderr.write(f"tracetui: events in {sweep.log.path}{wrote} "
-                         f"({time.monotonic() - started:.0f} s)\n")
-    return code or 0
+    app: TraceApp | None = None
+
+    def stop() -> None:
+        if sweep is not None:
+            sweep.stop()
+        if app is not None:
+            app.signalled = signals.signum  # its timer quits, on the app's own thread
+
+    signals = StopSignals(stop=stop)
+    try:
+        if sweep is None:
+            sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
+        if signals.signum:
+            sweep.stop()
+        out = ns.output or "tracetui_results.csv"
+        planned = [(s.run_id, s.label) for s in sweep.plan]
+        app = TraceApp(SweepSource(sweep), out_path=out, planned=planned,
+                       subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps", project_steps=ns.project_steps)
+        app.signalled = signals.signum
+        started = time.monotonic()
+        _run_on_terminal(app)
+        sweep.close()
+        code = app.return_code or app.exit_code
+        if signals.signum and not app.quit_reason:  # came as the app was closing
+            app.quit_reason, code = f"interrupted by {signals.name}", 128 + signals.signum
+        wrote = "" if app.quit_reason and "cannot write" in app.quit_reason else f"; summary in {out}"
+        if app.quit_reason:
+            done = [r["split"] for r in app.rows if r["status"] == "ok"]
+            say(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
+                f"every measured step is in {sweep.log.path}{wrote}")
+        else:
+            say(f"tracetui: events in {sweep.log.path}{wrote} ({time.monotonic() - started:.0f} s)")
+        return code or 0
+    finally:
+        signals.release()
 
 
 def run_replay(events: list[dict], ns, skipped: str = "") -> int:
@@ -338,12 +426,18 @@ def run_replay(events: list[dict], ns, skipped: str = "") -> int:
         return _refuse(why)
     app = TraceApp(ReplaySource(events), out_path=ns.output or "tracetui_results.csv",
                    subtitle="replay", note=skipped, project_steps=getattr(ns, "project_steps", None))
-    app.run()
-    return 0
+    signals = _quit_on_signals(app)
+    try:
+        _run_on_terminal(app)
+    finally:
+        signals.release()
+    return 128 + signals.signum if signals.signum else 0
 
 
 def run_watch(path: str, log, ns) -> int:
-    """Open the monitor on scripts attaching to ``path``; on quit, write the CSV."""
+    """Open the monitor on scripts attaching to ``path``; on quit (or SIGTERM, SIGHUP, SIGINT),
+    write the CSV."""
+    from ..cli import say
     from ..attach import ListenerError, prepare_socket_path
 
     why = no_terminal()
@@ -358,8 +452,12 @@ def run_watch(path: str, log, ns) -> int:
     source = WatchSource(path, log)
     app = TraceApp(source, out_path=ns.output or "tracetui_results.csv", subtitle=f"watching {path}",
                    project_steps=getattr(ns, "project_steps", None))
-    app.run()
-    log.close()
-    app.write_csv()
-    sys.stderr.write(f"tracetui: events in {log.path}; summary in {app.out_path}\n")
-    return 0
+    signals = _quit_on_signals(app)
+    try:
+        _run_on_terminal(app)
+        log.close()
+        err = app.write_csv()
+        say(f"tracetui: error: {err}" if err else f"tracetui: events in {log.path}; summary in {app.out_path}")
+        return 128 + signals.signum if signals.signum else 0
+    finally:
+        signals.release()

@@ -57,7 +57,7 @@ def test_worker_sigkill_mid_run_headless(tmp_path):
     runs = tmp_path / "runs"
     args = ["--export", "csv", "-o", tmp_path / "out.csv", "--steps-csv", tmp_path / "steps.csv",
             "--effective-batch", 2, "--splits", "1x2,2x1", "--steps", 14, "--warmup", 1, "--seq-len", 64,
-            "--runs-dir", runs]
+            "--repeats", 1, "--runs-dir", runs]
     proc = _start(args, tmp_path)
 
     def victim():

@@ -1,0 +1,375 @@
+"""Processes and outputs outlive nothing they should not: whatever happens to tracetui (SIGKILL, a
+dropped SSH session, SIGTERM, Ctrl-C twice), no trial survives it, what was measured is written,
+the terminal is given back; a stalled trial is stopped; two sweeps never share an output.
+
+Every fault is injected for real: real signals to real ``python -m tracetui`` processes, on the
+tiny preset with few steps."""
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tracetui.store import read_events
+
+from .conftest import ROOT, read_csv, wait_until
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--steps", 200, "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--effective-batch", 4]
+
+
+def _env(**extra):
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _start(args, cwd, **env):
+    return subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, args)], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=_env(**env))
+
+
+def _events(runs: Path) -> list[dict]:
+    logs = list(runs.glob("*/events.jsonl"))
+    return read_events(logs).events if logs else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie has ended: it only waits to be reaped
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _worker(runs: Path, steps: int = 1) -> int | None:
+    """The pid of the first run's worker once it has measured ``steps`` steps."""
+    ev = _events(runs)
+    started = [e for e in ev if e["type"] == "run_started"]
+    if started and sum(e["type"] == "step" for e in ev) >= steps:
+        return started[0]["pid"]
+    return None
+
+
+def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(tmp_path):
+    """A second sweep on the same -o is refused with one line while the first runs; SIGKILL of
+    the first takes its worker along within seconds (it trained on for minutes) and its lock."""
+    runs, out = tmp_path / "runs", tmp_path / "out.csv"
+    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path)
+    wait_until(lambda: _worker(runs) is not None or first.poll() is not None, 180)
+    pid = _worker(runs)
+    assert pid, first.communicate()[1]
+    second = subprocess.run([sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(out), "--splits", "4x1",
+                             "--steps", "2", "--warmup", "1", "--runs-dir", str(tmp_path / "runs2")],
+                            cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=120)
+    assert second.returncode == 2
+    assert second.stderr.splitlines() == [
+        f"tracetui: error: --output: {out} is being written by another tracetui sweep (pid {first.pid}), "
+        "which is still running; wait for it to finish, or give another path"]
+    assert not (tmp_path / "runs2").exists() or not list((tmp_path / "runs2").glob("*/*.log"))
+
+    first.kill()
+    first.wait(30)
+    wait_until(lambda: not _alive(pid), 5)  # the kernel's parent-death signal
+    # the lock went with the process: the path is free again, though the lock file stayed
+    from tracetui.cli import lock_output, release_outputs
+
+    lock_output(str(out), "--output")
+    release_outputs()
+    assert not out.exists()
+
+
+SCRIPT = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open(sys.argv[1] + ".tmp", "w").write(f"{__import__('os').getpid()} {child.pid}")
+    __import__('os').replace(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(600)
+""")
+
+
+def _script_sweep(tmp_path, pids: Path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    proc = _start(["sweep", "--export", "csv", "-o", tmp_path / "out.csv", "--effective-batch", 1, "--splits", "1x1",
+                   "--repeats", 1, "--runs-dir", tmp_path / "runs", "--", sys.executable, tmp_path / "train.py", pids],
+                  tmp_path, TMPDIR=str(tmp))
+    wait_until(lambda: pids.exists() or proc.poll() is not None, 60)
+    assert pids.exists(), proc.communicate()[1]
+    return proc, [int(p) for p in pids.read_text().split()], tmp
+
+
+def test_sigkill_of_a_script_sweep_takes_the_script_and_its_children_along(tmp_path):
+    """The script runs in its own session (out of reach of the terminal's signals): it used to
+    train on after tracetui was killed, and so did whatever it had started."""
+    proc, (script, child), _ = _script_sweep(tmp_path, tmp_path / "pids")
+    assert _alive(script) and _alive(child)
+    proc.kill()
+    proc.wait(30)
+    wait_until(lambda: not _alive(script) and not _alive(child), 5)
+
+
+def test_sighup_to_a_script_sweep_stops_it_and_cleans_up(tmp_path):
+    proc, (script, child), tmp = _script_sweep(tmp_path, tmp_path / "pids")
+    assert list(tmp.glob("tracetui-sweep-*"))  # its private socket folder
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert "tracetui: interrupted by SIGHUP; finished splits: none; every measured step is in" in err
+    assert [e["kind"] for e in _events(tmp_path / "runs") if e["type"] == "run_failed"] == ["interrupted"]
+    assert read_csv(tmp_path / "out.csv") == []  # written; no row, as the script never started training
+    wait_until(lambda: not _alive(script) and not _alive(child), 15)
+    assert not list(tmp.glob("tracetui-sweep-*"))
+
+
+def test_a_thread_that_ends_does_not_take_its_trials_along():
+    """The parent-death signal follows the thread that forked: trials are started from one
+    launcher thread that lives as long as tracetui, not from the short-lived threads that ask."""
+    from tracetui.runner.sweep import die_with_this_process, launch
+
+    procs = {}
+
+    def start(direct: bool) -> None:
+        def popen():
+            return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                    preexec_fn=die_with_this_process())
+
+        procs[direct] = popen() if direct else launch(popen)
+
+    for direct in (True, False):
+        t = threading.Thread(target=start, args=(direct,))
+        t.start()
+        t.join()
+    try:
+        # forked by the thread itself: killed as the thread ended (so the signal is armed) ...
+        wait_until(lambda: procs[True].poll() is not None, 10)
+        assert procs[True].returncode == -signal.SIGKILL
+        # ... started by the launcher for that thread: runs on
+        assert procs[False].poll() is None
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+# ---- a real terminal: the monitor, and an SSH session that drops --------------------------------
+
+class Terminal:
+    """``python -m tracetui ARGS`` as the session leader of a new pseudo-terminal (as a login
+    shell's job is); :meth:`hang_up` drops it as sshd does when the connection goes."""
+
+    def __init__(self, args, cwd):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: only exec
+            try:
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+                os.chdir(cwd)
+                os.execve(sys.executable, [sys.executable, "-m", "tracetui", *map(str, args)],
+                          _env(TERM="xterm-256color"))
+            finally:
+                os._exit(127)
+        self.output = bytearray()
+        self._closing = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.returncode = None
+        self._closed = False
+
+    def _read(self) -> None:
+        while not self._closing.is_set():
+            if select.select([self.fd], [], [], 0.1)[0]:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.output += data
+
+    def hang_up(self) -> None:
+        """Close the terminal, then SIGHUP the job's process group, as the shell does."""
+        self._closing.set()
+        self._reader.join()
+        os.close(self.fd)
+        self._closed = True
+        os.killpg(self.pid, signal.SIGHUP)
+
+    def wait(self, timeout: float) -> int:
+        def done():
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            return pid != 0
+
+        try:
+            wait_until(done, timeout)
+        finally:
+            if self.returncode is None:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+        self._closing.set()
+        self._reader.join()
+        if not self._closed:
+            os.close(self.fd)
+            self._closed = True
+        return self.returncode
+
+
+def _interrupted_sweep_on_disk(runs: Path, out: Path, worker: int) -> None:
+    wait_until(lambda: not _alive(worker), 15)
+    ev = _events(runs)
+    assert [e["kind"] for e in ev if e["type"] == "run_failed"] == ["interrupted"]
+    rows = read_csv(out)
+    assert rows[0]["status"] == "interrupted"
+    assert int(rows[0]["steps_measured"]) == sum(e["type"] == "step" for e in ev) - 1 >= 1
+
+
+def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(tmp_path):
+    """The terminal goes (stderr now fails with EIO) and SIGHUP reaches the whole job, workers
+    included: it used to exit 129 with no CSV and a worker training on."""
+    runs, out = tmp_path / "runs", tmp_path / "out.csv"
+    term = Terminal(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path)
+    wait_until(lambda: _worker(runs, 2) is not None, 180)
+    worker = _worker(runs)
+    term.hang_up()
+    assert term.wait(60) == 128 + signal.SIGHUP
+    _interrupted_sweep_on_disk(runs, out, worker)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path, sig):
+    """SIGTERM used to end the monitor at once: the worker trained on and the terminal stayed
+    in the alternate screen. A hang-up ended it with no CSV."""
+    runs, out = tmp_path / "runs", tmp_path / "out.csv"
+    term = Terminal(["-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path)
+    wait_until(lambda: _worker(runs, 2) is not None, 180)
+    worker = _worker(runs)
+    if sig == signal.SIGHUP:
+        term.hang_up()
+    else:
+        os.kill(term.pid, sig)
+    assert term.wait(60) == 128 + sig, bytes(term.output[-2000:])
+    _interrupted_sweep_on_disk(runs, out, worker)
+    if sig == signal.SIGTERM:
+        screen = bytes(term.output)
+        assert screen.rfind(b"\x1b[?1049h") < screen.rfind(b"\x1b[?1049l")  # left the alternate screen
+        assert b"tracetui: interrupted by SIGTERM: finished splits: none" in screen
+
+
+def test_watch_monitor_stopped_by_sigterm_writes_and_restores(tmp_path):
+    sock, out = tmp_path / "w.sock", tmp_path / "out.csv"
+    term = Terminal(["watch", "--socket", sock, "-o", out, "--runs-dir", tmp_path / "runs"], tmp_path)
+    wait_until(lambda: sock.exists() and b"\x1b[?1049h" in term.output, 60)
+    os.kill(term.pid, signal.SIGTERM)
+    assert term.wait(30) == 143, bytes(term.output[-2000:])
+    screen = bytes(term.output)
+    assert screen.rfind(b"\x1b[?1049h") < screen.rfind(b"\x1b[?1049l")
+    assert out.exists() and not sock.exists()
+
+
+# ---- a trial that makes no progress ---------------------------------------------------------------
+
+#: small, yet well above a tiny step on a 2-core machine busy with other test runs (seen: 8 s)
+STALL = 15
+
+
+def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out.csv"
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 100, "--warmup", 1,
+                   "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs], tmp_path)
+    try:
+        wait_until(lambda: _worker(runs, 2) is not None or proc.poll() is not None, 180)
+        worker = _worker(runs)
+        assert worker, proc.communicate()[1]
+        os.kill(worker, signal.SIGSTOP)
+        stopped_at = time.time()
+        _, err = proc.communicate(timeout=180)  # the old code waited on it forever
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    ev = _events(runs)
+    failed = [e for e in ev if e["type"] == "run_failed"]
+    assert [e["kind"] for e in failed] == ["stalled"]
+    assert failed[0]["message"].startswith("no progress for ") and "--stall-timeout" in failed[0]["message"]
+    assert STALL <= failed[0]["t"] - stopped_at < STALL + 10 + 5  # noticed after the limit; stopped within the grace
+    measured = [e for e in ev if e["type"] == "step" and e["run_id"] == failed[0]["run_id"]]
+    assert len(measured) >= 2 and max(e["t"] for e in measured) < stopped_at  # not the step the stop cut through
+    rows = {r["split"]: r for r in read_csv(out)}
+    assert rows["1x4"]["status"] == "stalled" and rows["4x1"]["status"] == "ok"
+    assert int(rows["1x4"]["steps_measured"]) == len(measured) - 1
+    assert "1x4: stalled: no progress for" in err
+    assert not _alive(worker)
+
+
+# ---- signals that come at bad moments ---------------------------------------------------------------
+
+def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
+    """Ctrl-C, then Ctrl-C again every 50 ms until tracetui has gone: it used to print a
+    KeyboardInterrupt traceback from finish_outputs, once in six tries, and write no CSV."""
+    for n in range(6):
+        runs, out = tmp_path / f"runs{n}", tmp_path / f"out{n}.csv"
+        proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
+                       "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
+        wait_until(lambda: list(runs.glob("*/events.jsonl")) or proc.poll() is not None, 60)
+        while proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.05)  # the fault itself: a second Ctrl-C 50 ms later, and another ...
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (n, err)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
+        assert "tracetui: interrupted by SIGINT" in err, (n, err)
+        assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
+        assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
+
+
+SLOW_TRL = textwrap.dedent("""
+    import importlib.abc, os, sys, time
+
+    class SlowTrl(importlib.abc.MetaPathFinder):
+        # TRL's trainers take their time to import: hold there (as a slow disk would)
+        def find_spec(self, name, path, target=None):
+            if name == "trl.trainer":
+                sys.meta_path.remove(self)
+                open(os.environ["SLOW_TRL_MARK"], "w").close()
+                end = time.monotonic() + 120
+                while time.monotonic() < end:
+                    time.sleep(0.05)
+            return None
+
+    if os.environ.get("SLOW_TRL_MARK") and "--multiprocessing-fork" in sys.argv:
+        sys.meta_path.insert(0, SlowTrl())
+""")
+
+
+def test_sigterm_while_the_worker_imports_trl_is_interrupted(tmp_path):
+    """TRL's lazy module wraps any exception of an import as ``RuntimeError: Failed to import
+    trl...``: the stop used to be reported as that error."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_TRL)
+    runs, out, mark = tmp_path / "runs", tmp_path / "out.csv", tmp_path / "importing"
+    args = ["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1, "--repeats", 1, "--runs-dir", runs]
+    proc = subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, args)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]), SLOW_TRL_MARK=str(mark)))
+    wait_until(lambda: mark.exists() or proc.poll() is not None, 120)
+    assert mark.exists(), proc.communicate()[1]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    failed = [e for e in _events(runs) if e["type"] == "run_failed"]
+    assert [(e["kind"], e["message"]) for e in failed] == [("interrupted", "stopped by the sweep")]
+    assert read_csv(out)[0]["status"] == "interrupted"
+    assert "Failed to import" not in err

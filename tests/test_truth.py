@@ -308,3 +308,24 @@ def test_non_finite_loss_is_never_recommended():
     rows = {r["split"]: r for r in summarise(Results().extend(events))}
     assert "loss went non-finite at step 4" in rows["2x1"]["message"]
     assert "use 1x2" in recommendation(list(rows.values()))
+
+
+@pytest.mark.slow
+def test_a_run_whose_loss_went_nan_is_flagged_from_its_log_too(tmp_path):
+    """--lr 1e30: the loss goes NaN; the log keeps null (JSON has no NaN) and says it was not
+    finite, so `show` of the log also refuses to recommend it."""
+    import subprocess as sp
+
+    from .conftest import run_cli
+
+    out = tmp_path / "r.json"
+    proc = run_cli("--export", "json", "-o", out, "--splits", "1x2,2x1", "--effective-batch", 2, "--steps", 8,
+                   "--warmup", 1, "--seq-len", 32, "--lr", "1e30", "--runs-dir", tmp_path / "runs")
+    assert proc.returncode in (0, 1), proc.stderr
+    log = next((tmp_path / "runs").glob("*/events.jsonl"))
+    assert "NaN" not in log.read_text()
+    shown = run_cli("show", log, "--export", "json", "-o", tmp_path / "s.json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert "use " not in data["recommendation"] and "NaN or infinite" in data["recommendation"]
+    assert all("loss went non-finite" in s["message"] for s in data["splits"])

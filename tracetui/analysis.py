@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .events import GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STARTED, STEP
+from .phases import FIELDS
 from .probe.quiet import gpu_picture, judge
 from .probe.settings import SETTING_COLUMNS
 
@@ -302,9 +303,6 @@ def _phase(step: dict, name: str) -> float:
     return float(sum(v)) if isinstance(v, list) else float(v or 0.0)
 
 
-PHASES = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms")
-
-
 def summarise(results: Results, project_steps: int | None = None) -> list[dict[str, Any]]:
     """One row per split (runs of the same split on the same machine pooled)."""
     groups: dict[tuple, list[RunData]] = {}
@@ -379,8 +377,10 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         cfg = runs[0].started.get("config") or {}
         row["memory_limit_gib"] = cfg.get("memory_limit")
         row["energy_j_per_step"] = _energy_per_step(runs, row.get("step_ms_median"))
-        curve = {s["step"]: s["loss"] for s in (runs[-1].steps if runs else [])
-                 if s.get("loss") is not None and s.get("rank", 0) == 0}
+        # a loss that went NaN or infinite is null in a log (JSON has no NaN), flagged apart
+        curve = {s["step"]: (s["loss"] if s.get("loss") is not None else math.nan)
+                 for s in (runs[-1].steps if runs else [])
+                 if (s.get("loss") is not None or s.get("loss_finite") is False) and s.get("rank", 0) == 0}
         row["final_loss"] = curve[max(curve)] if curve else None
         row["loss_curve"] = curve
         row["loss_finite"] = all(math.isfinite(v) for v in curve.values())
@@ -560,8 +560,8 @@ def apportion(measured: list[dict], step_ms: float) -> dict[str, float]:
     add: on a loaded machine they were 7-12% off the median step)."""
     total = sum(s["wall_ms"] for s in measured)
     if total <= 0:
-        return {ph: 0.0 for ph in PHASES}
-    return {ph: step_ms * sum(_phase(s, ph) for s in measured) / total for ph in PHASES}
+        return {ph: 0.0 for ph in FIELDS}
+    return {ph: step_ms * sum(_phase(s, ph) for s in measured) / total for ph in FIELDS}
 
 
 def _add_settings(row: dict, runs: list[RunData]) -> None:
@@ -668,8 +668,7 @@ def scope_note(rows: list[dict]) -> str:
     """What the intervals cover: with one run per split, only step-to-step noise."""
     timed = [r for r in rows if r.get("step_ms_median")]
     if timed and all(r.get("ci_scope") == "steps" for r in timed):
-        return ("one run per split: intervals cover step noise only, not the larger differences between "
-                "fresh processes (--repeats 2 or more covers those)")
+        return "one run per split: intervals cover step noise only, not how fresh processes differ (--repeats 2+)"
     return ""
 
 
@@ -725,18 +724,18 @@ def recommendation(rows: list[dict]) -> str:
     for (_m, eb), group in groups.items():
         if (_m, eb) in unfinished:
             continue  # no advice while splits of this effective batch are still running
+        group = [r for r in group if r.get("loss_finite", True)]  # a run whose loss went NaN diverged
+        if not group:
+            out.append(f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)")
+            continue
         why = held_back(group)
         if why:
             out.append(f"effective batch {eb}: no recommendation ({why})")
             continue
-        group = [r for r in group if r.get("loss_finite", True)]  # a run whose loss went NaN diverged
         def fits(r):
             cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
             return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= 0.9 * cap
         ok = [r for r in group if fits(r)]
-        if not group:
-            out.append(f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)")
-            continue
         if not ok:
             out.append(f"effective batch {eb}: no split leaves 10% memory headroom")
             continue

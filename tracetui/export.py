@@ -10,21 +10,10 @@ from typing import Any
 
 from .events import dumps
 from .analysis import Results, recommendation, scope_note, summarise, verdict
-from .probe.settings import SETTING_COLUMNS
+from .columns import CSV_KEYS
 
-SUMMARY_COLUMNS = [
-    "machine", "gpus", "effective_batch", "micro_batch", "grad_accum", "world_size", "split", "status", "runs",
-    "steps_measured", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_ci_low", "step_ms_ci_high",
-    "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms", "tokens_per_s", "samples_per_s",
-    "speedup_vs_slowest", "speedup_ci_low", "speedup_ci_high", "gpu_util_mean", "peak_mem_gib",
-    "mem_total_gib", "energy_j_per_step", "final_loss", "loss_drift_pct", "loss_ok", "train_runtime_s",
-    "repeat_spread_pct", "stopped_early", "stop_reason", "comm_ms", "backward_sync_ms", "ranks", "slowest_rank",
-    "rank_spread_pct", "projected_s", "bound", "evidence", "message",
-    # how far the numbers can be trusted
-    "ci_scope", "too_few_steps", "busy", "other_cpu_cores", "env_changed", "loss_note",
-    # what the trainer really ran with, read back from it
-    *SETTING_COLUMNS,
-]
+#: declared in :mod:`tracetui.columns`, with the monitor's table
+SUMMARY_COLUMNS = list(CSV_KEYS)
 
 STEP_COLUMNS = [
     "run_id", "split", "rank", "step", "warmup", "wall_ms", "host_ms", "data_ms", "forward_ms", "backward_ms",

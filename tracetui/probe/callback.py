@@ -16,6 +16,7 @@ for its end. Nothing in torch or the frameworks is patched.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any, Callable
@@ -23,16 +24,18 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from ..events import RUN_SETTINGS, StepRecord, make
+from ..phases import NAMES
 from . import quiet
 from .settings import read_back
 from .timing import Mark, make_clock
 
-#: phase charged with the time *up to* an edge of this label
+#: phase (:mod:`tracetui.phases`) charged with the time *up to* an edge of this label
 _PHASE_OF = {
     "step_begin": "data", "fwd_start": "data", "fwd_end": "forward", "bwd_start": "other",
     "bwd_end": "backward", "sub_end": "other", "pre_opt": "optimizer", "opt_end": "optimizer",
     "end": "other",
 }
+assert set(_PHASE_OF.values()) == set(NAMES), "every phase is charged by some edge, and no other"
 
 #: the TrainerCallback events the probe relies on, and the release that has all of them
 REQUIRED_EVENTS = ("on_step_begin", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end")
@@ -372,6 +375,8 @@ class Probe(TrainerCallback):
         if tokens is None:
             tokens = item["padded"] or None
         extra = {"t_end": item["t_end"]}
+        if loss is not None and not math.isfinite(loss):
+            extra["loss_finite"] = False  # a log keeps it as null (JSON has no NaN): say so apart
         if self.world > 1 and bwd:
             # Only the last micro-batch synchronises (the others run inside no_sync()): the
             # difference to the others estimates the exposed all-reduce time.

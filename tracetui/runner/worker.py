@@ -243,7 +243,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
     model = load_model(cfg, device, dtype)
-    dataset = build_dataset(cfg, model.config.vocab_size)
+    dataset = build_dataset(cfg, model.config.vocab_size, tokenizer)
     targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [
         t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,

@@ -7,34 +7,22 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import PHASES, Results, RunData, fmt_duration, median, recommendation, scope_note, verdict
-
-PHASE_NAMES = ("data", "forward", "backward", "optimizer", "other")
-#: one colour per phase, as RGB so the chart (plotext) and its legend (Rich) match exactly
-PHASE_RGB = ((245, 150, 30), (70, 130, 240), (220, 70, 150), (80, 180, 80), (150, 150, 150))
-
+from ..analysis import Results, RunData, median, recommendation, scope_note, verdict
+from ..columns import MONITOR, STATUS_STYLE, table_context
+from ..phases import PHASES
 
 def phase_legend() -> Text:
     text = Text()
-    for name, (r, g, b) in zip(("data", "fwd", "bwd", "opt", "other"), PHASE_RGB):
+    for phase in PHASES:
+        r, g, b = phase.rgb
         text.append("█", style=f"rgb({r},{g},{b})")
-        text.append(f"{name} ")
-    text.append("(median ms/step)", style="dim")
+        text.append(f"{phase.short} ")
+    text.append("(ms of the median step)", style="dim")
     return text
 
 #: the step and GPU charts show this many of the latest points (plotting is per point)
 STEP_WINDOW = 300
 GPU_WINDOW = 600
-
-STATUS_STYLE = {
-    "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
-    "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",
-}
-
-
-def _fmt(v, spec: str = ".1f", dash: str = "-") -> str:
-    return dash if v is None else format(v, spec)
-
 
 def run_progress(run: RunData, total_steps: int | None) -> tuple[str, str]:
     """``step n/N`` and the time left, from the median step so far."""
@@ -127,7 +115,7 @@ class Chart(PlotextPlot):
 
 
 class PhaseChart(Chart):
-    """Stacked bars: the median phases of an optimizer step, per split (ms)."""
+    """Stacked bars: the median optimizer step of each split, divided among its phases (ms)."""
 
     def update_from(self, rows: list[dict]) -> None:
         rows = [r for r in rows if r.get("step_ms_median")]
@@ -135,9 +123,9 @@ class PhaseChart(Chart):
         if plt is None:
             return
         labels = [r["split"] for r in rows]
-        data = [[r.get(p) or 0.0 for r in rows] for p in PHASES]
+        data = [[r.get(p.field) or 0.0 for r in rows] for p in PHASES]
         # Horizontal: the terminal's width gives the bars far finer steps than its height.
-        plt.stacked_bar(labels, data, color=list(PHASE_RGB), width=0.4, orientation="horizontal")
+        plt.stacked_bar(labels, data, color=[p.rgb for p in PHASES], width=0.4, orientation="horizontal")
         self.refresh()
 
 
@@ -220,66 +208,16 @@ class GpuStatus(Static):
         self.update(Text(f"No GPU samples: {why}" if why else "No GPU samples yet", style="dim"))
 
 
-SUMMARY_COLUMNS = [
-    ("split", "split"), ("status", "status"), ("step ms", "step"), ("p10-p90", "spread"), ("data", "data_ms"),
-    ("fwd", "forward_ms"), ("bwd", "backward_ms"), ("opt", "optimizer_ms"), ("other", "other_ms"),
-    ("tok/s", "tokens_per_s"), ("speedup", "speedup"), ("GPU%", "gpu_util_mean"), ("peak GiB", "peak_mem_gib"),
-    ("J/step", "energy_j_per_step"), ("loss", "final_loss"), ("steps", "steps_measured"), ("runs", "runs"),
-    ("bound", "bound"), ("projected", "projected"), ("GPU", "gpus"), ("comm", "comm_ms"), ("ranks", "ranks"),
-]
-
-
 class SummaryTable(DataTable):
     """The side-by-side table of every split; the fastest of each effective batch in bold."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        for label, key in SUMMARY_COLUMNS:
-            self.add_column(label, key=key)
+        for col in MONITOR:
+            self.add_column(col.header, key=col.key)
 
     def update_from(self, rows: list[dict]) -> None:
         self.clear()
-        multi = len({r["machine"] for r in rows}) > 1
-        multi_eb = len({r["effective_batch"] for r in rows}) > 1
+        ctx = table_context(rows)
         for r in rows:
-            style = "bold green" if r.get("fastest") else ""
-            name = r["split"]
-            if multi_eb:
-                name = f"{name} (eb {r['effective_batch']})"
-            if multi:
-                name = f"{r['machine']} {name}"
-            status = r["status"]
-            if status != "ok" and r.get("message"):
-                status = f"{status}: {r['message'][:60]}"
-            sp = r.get("speedup_vs_slowest")
-            speed = "-" if sp is None else f"{sp:.2f}x"
-            if sp is not None and r.get("speedup_ci_low") is not None and r["speedup_ci_low"] != r["speedup_ci_high"]:
-                speed += f" [{r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f}]"
-            loss = _fmt(r.get("final_loss"), ".4f")
-            if r.get("loss_ok") is False:
-                loss += " drift!"
-            cells = [
-                Text(name, style=style), Text(status, style=STATUS_STYLE.get(r["status"], "")),
-                Text(_fmt(r.get("step_ms_median")), style=style),
-                f"{_fmt(r.get('step_ms_p10'), '.0f')}-{_fmt(r.get('step_ms_p90'), '.0f')}",
-                _fmt(r.get("data_ms")), _fmt(r.get("forward_ms")), _fmt(r.get("backward_ms")),
-                _fmt(r.get("optimizer_ms")), _fmt(r.get("other_ms")), _fmt(r.get("tokens_per_s"), ".0f"),
-                Text(speed, style=style), _fmt(r.get("gpu_util_mean"), ".0f"), _fmt(r.get("peak_mem_gib"), ".2f"),
-                _fmt(r.get("energy_j_per_step"), ".0f"), loss,
-                str(r.get("steps_measured", 0)) + (f" ({r.get('stop_reason') or 'early'})" if r.get("stopped_early") else ""),
-                str(r.get("runs", 1)) + (f" ±{r['repeat_spread_pct'] / 2:.1f}%" if r.get("repeat_spread_pct") is not None else ""),
-                f"{r.get('bound') or '-'}" + (f": {r['evidence']}" if r.get("evidence") and r.get("bound") else ""),
-                fmt_duration(r["projected_s"]) if r.get("projected_s") else "-", r.get("gpus") or "-", _fmt(r.get("comm_ms")), _ranks_cell(r),
-            ]
-            self.add_row(*cells)
-
-
-def _ranks_cell(row: dict) -> Text:
-    """Data-parallel ranks; a straggler (compute >10% behind the fastest rank) in red."""
-    if not row.get("ranks"):
-        return Text("-")
-    spread = row.get("rank_spread_pct")
-    if spread is None:
-        return Text(str(row["ranks"]))
-    text = f"{row['ranks']} (r{row['slowest_rank']} +{spread:.0f}%)"
-    return Text(text, style="bold red" if spread > 10 else "")
+            self.add_row(*(col.show(r, ctx) for col in MONITOR))

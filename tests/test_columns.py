@@ -1,0 +1,38 @@
+"""One column registry for the CSV, the JSON and the monitor; one phase registry."""
+
+from pathlib import Path
+
+from tracetui.analysis import Results, summarise
+from tracetui.columns import COLUMNS, CSV_KEYS, MONITOR, check_rows, table_context
+from tracetui.export import summary_csv
+from tracetui.phases import FIELDS, PHASES
+from tracetui.store import read_events
+
+DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
+
+
+def test_every_row_key_is_a_declared_column():
+    rows = summarise(Results().extend(read_events([DATA]).events))
+    assert check_rows(rows) == []
+    rows[0]["step_ms_medain"] = 1.0  # a misspelt key is caught, not an empty cell
+    assert check_rows(rows) == ["step_ms_medain"]
+
+
+def test_csv_and_monitor_are_drawn_from_the_registry():
+    rows = summarise(Results().extend(read_events([DATA]).events))
+    header = summary_csv(rows).splitlines()[0].split(",")
+    assert header == list(CSV_KEYS)
+    assert len(set(c.key for c in COLUMNS)) == len(COLUMNS)  # each column once
+    ctx = table_context(rows)
+    for row in rows:
+        cells = [str(c.show(row, ctx)) for c in MONITOR]
+        assert cells[0] == row["split"] and all(cells)
+    assert [c.key for c in MONITOR if c.key in FIELDS] == list(FIELDS)
+
+
+def test_phase_registry_drives_the_probe_and_the_rows():
+    from tracetui.probe.callback import _PHASE_OF
+
+    assert set(_PHASE_OF.values()) == {p.name for p in PHASES}
+    row = summarise(Results().extend(read_events([DATA]).events))[0]
+    assert abs(sum(row[f] for f in FIELDS) - row["step_ms_median"]) < 1e-6 * row["step_ms_median"]

@@ -1,0 +1,188 @@
+"""The summary's columns, declared once: the CSV, the JSON and the monitor's table are all drawn
+from :data:`COLUMNS`, so a column cannot be written under one name and read under another (a
+misspelt key fails :func:`check_rows`, and the tests run it on real rows).
+
+A column is either a value of the summary row (``key``: its CSV/JSON name) or, for the monitor
+only, a cell composed from several values (``csv=False``: the p10-p90 spread, the speedup with
+its interval).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich.text import Text
+
+from .analysis import fmt_duration
+from .phases import PHASES
+from .probe.settings import SETTING_COLUMNS
+
+
+def fmt(v: Any, spec: str = ".1f", dash: str = "-") -> str:
+    return dash if v is None else format(v, spec)
+
+
+STATUS_STYLE = {
+    "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
+    "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",
+    "stalled": "bold red",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column. ``key``: the summary row's field (and the CSV/JSON name). ``header``: the
+    monitor's heading, None for a column the monitor leaves out. ``cell``: how the monitor shows
+    it (default: ``spec`` applied to the value). ``csv``: whether the CSV and JSON carry it."""
+
+    key: str
+    header: str | None = None
+    spec: str = ".1f"
+    cell: Callable[[dict, dict], Any] | None = None
+    csv: bool = True
+    unit: str = ""
+    help: str = ""
+
+    def show(self, row: dict, ctx: dict) -> Any:
+        if self.cell is not None:
+            return self.cell(row, ctx)
+        return fmt(row.get(self.key), self.spec)
+
+
+def _bold(row: dict) -> str:
+    return "bold green" if row.get("fastest") else ""
+
+
+def _split(row: dict, ctx: dict) -> Text:
+    name = row["split"]
+    if ctx.get("multi_eb"):
+        name = f"{name} (eb {row['effective_batch']})"
+    if ctx.get("multi_machine"):
+        name = f"{row['machine']} {name}"
+    return Text(name, style=_bold(row))
+
+
+def _status(row: dict, ctx: dict) -> Text:
+    status = row["status"]
+    if status != "ok" and row.get("message"):
+        status = f"{status}: {row['message'][:60]}"
+    elif row.get("busy"):
+        status = f"{status} (busy)"
+    return Text(status, style=STATUS_STYLE.get(row["status"], ""))
+
+
+def _step(row: dict, ctx: dict) -> Text:
+    return Text(fmt(row.get("step_ms_median")), style=_bold(row))
+
+
+def _spread(row: dict, ctx: dict) -> str:
+    return f"{fmt(row.get('step_ms_p10'), '.0f')}-{fmt(row.get('step_ms_p90'), '.0f')}"
+
+
+def _speedup(row: dict, ctx: dict) -> Text:
+    sp = row.get("speedup_vs_slowest")
+    speed = "-" if sp is None else f"{sp:.2f}x"
+    if sp is not None and row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row["speedup_ci_high"]:
+        speed += f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]"
+    return Text(speed, style=_bold(row))
+
+
+def _loss(row: dict, ctx: dict) -> str:
+    return fmt(row.get("final_loss"), ".4f") + (" drift!" if row.get("loss_ok") is False else "")
+
+
+def _steps(row: dict, ctx: dict) -> str:
+    return str(row.get("steps_measured", 0)) + (f" ({row.get('stop_reason') or 'early'})" if row.get("stopped_early") else "")
+
+
+def _runs(row: dict, ctx: dict) -> str:
+    spread = row.get("repeat_spread_pct")
+    return str(row.get("runs", 1)) + (f" ±{spread / 2:.1f}%" if spread is not None else "")
+
+
+def _bound(row: dict, ctx: dict) -> str:
+    return f"{row.get('bound') or '-'}" + (f": {row['evidence']}" if row.get("evidence") and row.get("bound") else "")
+
+
+def _projected(row: dict, ctx: dict) -> str:
+    return fmt_duration(row["projected_s"]) if row.get("projected_s") else "-"
+
+
+def _ranks(row: dict, ctx: dict) -> Text:
+    """Data-parallel ranks; a straggler (compute >10% behind the fastest rank) in red."""
+    if not row.get("ranks"):
+        return Text("-")
+    spread = row.get("rank_spread_pct")
+    if spread is None:
+        return Text(str(row["ranks"]))
+    text = f"{row['ranks']} (r{row['slowest_rank']} +{spread:.0f}%)"
+    return Text(text, style="bold red" if spread > 10 else "")
+
+
+def _ckpt(row: dict, ctx: dict) -> str:
+    v = row.get("activation_checkpointing")
+    return "-" if v is None else "on" if v else "off"
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("machine", help="GPU model (or CPU) the runs used"),
+    Column("effective_batch"), Column("micro_batch"), Column("grad_accum"), Column("world_size"),
+    Column("split", "split", cell=_split),
+    Column("status", "status", cell=_status),
+    Column("step_ms_median", "step ms", cell=_step, unit="ms",
+           help="median step (of a typical run when there are several)"),
+    Column("spread", "p10-p90", cell=_spread, csv=False),
+    Column("step_ms_p10", unit="ms"), Column("step_ms_p90", unit="ms"),
+    Column("step_ms_ci_low", unit="ms"), Column("step_ms_ci_high", unit="ms"),
+    *(Column(p.field, p.short, unit="ms", help=f"{p.help}: its share of the median step") for p in PHASES),
+    Column("tokens_per_s", "tok/s", spec=".0f"), Column("samples_per_s"),
+    Column("speedup", "speedup", cell=_speedup, csv=False),
+    Column("speedup_vs_slowest"), Column("speedup_ci_low"), Column("speedup_ci_high"),
+    Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
+    Column("peak_mem_gib", "peak GiB", spec=".2f", unit="GiB"), Column("mem_total_gib", unit="GiB"),
+    Column("energy_j_per_step", "J/step", spec=".0f", unit="J"),
+    Column("final_loss", "loss", cell=_loss), Column("loss_drift_pct", unit="%"), Column("loss_ok"),
+    Column("steps_measured", "steps", cell=_steps),
+    Column("runs", "runs", cell=_runs, help="fresh-process runs pooled, with the spread of their medians"),
+    Column("train_runtime_s", unit="s"), Column("repeat_spread_pct", unit="%"),
+    Column("stopped_early"), Column("stop_reason"),
+    Column("bound", "bound", cell=_bound), Column("evidence"),
+    Column("projected_s", "projected", cell=_projected, unit="s"),
+    Column("gpus", "GPU", cell=lambda r, c: r.get("gpus") or "-", help="GPU indices of the runs"),
+    Column("comm_ms", "comm", unit="ms"), Column("backward_sync_ms", unit="ms"),
+    Column("ranks", "ranks", cell=_ranks), Column("slowest_rank"), Column("rank_spread_pct", unit="%"),
+    Column("message"),
+    # how far the numbers can be trusted
+    Column("ci_scope", help="runs: intervals carry the spread between fresh processes; steps: one run's steps only"),
+    Column("too_few_steps"), Column("busy", help="why a run counts as taken on a busy machine"),
+    Column("other_cpu_cores", help="CPU cores other processes used while the steps were measured (most of any run)"),
+    Column("env_changed"), Column("loss_note"),
+    # what the trainer really ran with, read back from it
+    Column("activation_checkpointing", "ckpt", cell=_ckpt),
+    *(Column(name) for name in SETTING_COLUMNS if name != "activation_checkpointing"),
+)
+
+#: the CSV's and the JSON's columns, in order
+CSV_KEYS: tuple[str, ...] = tuple(c.key for c in COLUMNS if c.csv)
+#: the monitor's columns, in order
+MONITOR: tuple[Column, ...] = tuple(c for c in COLUMNS if c.header is not None)
+
+
+def table_context(rows: list[dict]) -> dict:
+    """What every cell of one table needs to know about the others."""
+    return {"multi_machine": len({r["machine"] for r in rows}) > 1,
+            "multi_eb": len({r["effective_batch"] for r in rows}) > 1}
+
+
+def check_rows(rows: list[dict]) -> list[str]:
+    """Keys of the summary rows that no column declares, and declared CSV keys that no row has
+    (when a full row is given): a misspelt key shows up here instead of as an empty cell."""
+    declared = set(CSV_KEYS)
+    extra = sorted({k for r in rows for k in r} - declared - _INTERNAL)
+    return extra
+
+
+#: row fields that are for the program, not for a table (the read-back settings as one dict,
+#: intermediate values of the analysis)
+_INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite"}

@@ -141,8 +141,6 @@ class SocketSink:
         self._file = None
         #: why the socket is not used (None while it is, or before the first event)
         self.why_file: str | None = None
-        self.sent = 0
-        self.to_file = 0
         self._thread = threading.Thread(target=self._loop, name="tracetui-attach", daemon=True)
         self._thread.start()
 
@@ -214,7 +212,6 @@ class SocketSink:
             try:
                 self._file.write(dumps(event, separators=(",", ":")) + "\n")
                 self._file.flush()
-                self.to_file += 1
             except OSError:
                 pass  # a full disk: the socket is gone too; training goes on
 
@@ -231,7 +228,6 @@ class SocketSink:
         if self._sock is not None:
             try:
                 self._sock.sendall((dumps(event, separators=(",", ":")) + "\n").encode())
-                self.sent += 1
                 self._remember(event)
                 return
             except socket.timeout:  # the listener is there but stopped reading
@@ -360,7 +356,7 @@ def _make_trace_callback():
             self.rank = rank
             mb = int(args.per_device_train_batch_size)
             ga = int(args.gradient_accumulation_steps)
-            from .runner.worker import environment
+            from .probe.environment import environment
 
             device = "cuda" if self.cuda else "cpu"
             env = environment(device) if device == "cpu" or _cuda_ready() else {"device": device}

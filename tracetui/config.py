@@ -442,17 +442,6 @@ def gpu_count() -> int:
             return 0
 
 
-def resolve_device(cfg: SweepConfig) -> str:
-    if cfg.device != "auto":
-        return cfg.device
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The sweep flags, shared by the TUI, the headless export and ``tracetui sweep``.
 

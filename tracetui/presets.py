@@ -87,10 +87,6 @@ PRESETS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def preset_names() -> list[str]:
-    return list(PRESETS)
-
-
 def build_config(name: str):
     """Return a transformers ``PretrainedConfig`` for preset ``name``."""
     from transformers import AutoConfig

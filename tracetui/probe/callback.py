@@ -143,10 +143,6 @@ class Probe(TrainerCallback):
         self._handles.clear()
         self._tail_handles.clear()
 
-    def detach(self) -> None:
-        self._remove_hooks()
-        self._attached = False
-
     def pause(self) -> None:
         """Remove every hook and ignore callbacks until :meth:`resume` (call between steps).
 

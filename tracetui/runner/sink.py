@@ -49,9 +49,16 @@ class QueueSink:
                 except queue_mod.Full:
                     continue
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Send what is buffered, then stop the sender (waits at most ``timeout`` s)."""
+    def close(self, timeout: float = 10.0, run_id: str = "") -> None:
+        """Send what is buffered, then stop the sender (waits at most ``timeout`` s). GPU samples
+        dropped while the queue was full are reported in a notice, so a gap in the GPU chart
+        has its reason."""
         with self._cv:
+            if self.dropped and run_id:
+                from ..events import NOTICE, make
+
+                self._buf.append(make(NOTICE, run_id, level="warning",
+                                      message=f"{self.dropped} GPU samples dropped: the event queue was full"))
             self._buf.append(_STOP)
             self._cv.notify()
         self._thread.join(timeout)

@@ -12,6 +12,8 @@ import sys
 import traceback
 from typing import Any
 
+from ..probe.environment import environment
+
 
 class Interrupted(BaseException):
     """SIGTERM from the sweep: stop training and report ``interrupted``.
@@ -39,44 +41,6 @@ def _was_interrupted(exc: BaseException) -> bool:
             return True
         e, chain = e.__cause__ or e.__context__, chain + 1
     return _terminated
-
-
-def environment(device: str) -> dict[str, Any]:
-    """What a result depends on besides the split: GPU, driver, library versions."""
-    import platform
-
-    import peft
-    import torch
-    import transformers
-    import trl
-
-    env: dict[str, Any] = {
-        "device": device, "python": platform.python_version(), "host": platform.node(),
-        "cpu_count": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "trl": trl.__version__, "peft": peft.__version__,
-    }
-    try:
-        import accelerate
-
-        env["accelerate"] = accelerate.__version__
-    except ImportError:
-        pass
-    if device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(0)
-        env.update(gpu_name=props.name, gpu_total_gib=props.total_memory / 2**30,
-                   cuda=torch.version.cuda,
-                   gpu_uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "")
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:  # noqa: BLE001 - no NVML: the driver stays unknown
-            pass
-    else:
-        env["gpu_name"] = None
-        env["cpu"] = platform.processor() or platform.machine()
-    return env
 
 
 def cap_memory(gib: float, device: str) -> None:
@@ -200,7 +164,7 @@ def run(spec: dict, mp_queue: Any) -> None:
     finally:
         if sampler is not None:
             sampler.stop()
-        sink.close()
+        sink.close(run_id=run_id)
         log.flush()
     # os._exit skips interpreter shutdown (stray non-daemon threads cannot hang the worker), so
     # run multiprocessing's finalizers by hand: they release semaphores that libraries (tqdm's

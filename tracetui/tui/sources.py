@@ -17,11 +17,9 @@ class Inbox:
 
     def __init__(self) -> None:
         self._q: collections.deque = collections.deque()
-        self.received = 0
 
     def put(self, event: dict) -> None:
         self._q.append(event)  # deque.append is atomic
-        self.received += 1
 
     def drain(self, limit: int = 1_000_000) -> list[dict]:
         out = []

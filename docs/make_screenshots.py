@@ -4,6 +4,8 @@
     python docs/make_screenshots.py --prefix cpu_tiny                       # on this machine
     python docs/make_screenshots.py --prefix h200_qwen3-1.7b -- --model qwen3-1.7b --seq-len 512 \\
         --splits 1x4,2x2,4x1 --steps 15 --warmup 3 --precision bf16        # on the GPU
+    python docs/make_screenshots.py --prefix h200_qwen3-1.7b --replay screenshots/h200_qwen3-1.7b_events.jsonl
+                                     # the final table of a sweep recorded on the GPU, as `show` draws it
 
 Arguments after ``--`` are tracetui's sweep flags.
 """
@@ -38,6 +40,15 @@ async def shoot(app: TraceApp, out: Path, prefix: str, size: tuple[int, int]) ->
         await pilot.press("q")
 
 
+async def shoot_replay(app: TraceApp, out: Path, prefix: str, size: tuple[int, int]) -> None:
+    async with app.run_test(size=size) as pilot:
+        while app.source.running() or app._dirty or not app.rows:
+            await pilot.pause(0.2)
+        await pilot.pause(1.0)
+        app.save_screenshot(f"{prefix}_final.svg", path=str(out))
+        await pilot.press("q")
+
+
 def main() -> int:
     argv = sys.argv[1:]
     own, flags = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -45,14 +56,24 @@ def main() -> int:
     p.add_argument("--prefix", required=True)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "screenshots"))
     p.add_argument("--size", default="110x34")
+    p.add_argument("--replay", metavar="EVENTS.jsonl", help="draw the final table of a recorded sweep")
     ns = p.parse_args(own)
+    w, h = (int(x) for x in ns.size.split("x"))
+    if ns.replay:
+        from tracetui.store import read_events
+        from tracetui.tui.sources import ReplaySource
+
+        app = TraceApp(ReplaySource(read_events([ns.replay]).events), subtitle="replay",
+                       out_path=str(Path(ns.out) / "screenshot_results.csv"))
+        asyncio.run(shoot_replay(app, Path(ns.out), ns.prefix, (w, h)))
+        print(f"saved {ns.prefix}_final.svg in {ns.out} from {ns.replay}")
+        return 0
     sweep_ns = build_parser().parse_args(flags or ["--splits", "1x4,2x2,4x1", "--steps", "12", "--warmup", "2"])
     cfg, splits = load_config(sweep_ns)
     sweep = Sweep(cfg, splits)
     app = TraceApp(SweepSource(sweep), planned=[(s.run_id, s.label) for s in sweep.plan],
                    out_path=str(Path(cfg.runs_dir) / "screenshot_results.csv"),
                    subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-    w, h = (int(x) for x in ns.size.split("x"))
     t0 = time.monotonic()
     asyncio.run(shoot(app, Path(ns.out), ns.prefix, (w, h)))
     sweep.close()

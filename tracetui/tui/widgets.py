@@ -75,7 +75,7 @@ class RunList(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        self.add_column("split", key="split", width=6)
+        self.add_column("split", key="split", width=7)
         self.add_column("status", key="status", width=10)
         self.add_column("step", key="step", width=6)
         self.add_column("left", key="left", width=4)
@@ -86,6 +86,8 @@ class RunList(DataTable):
         known = {r[0] for r in rows}
         rows += [(rid, label, None) for rid, label in planned if rid not in known]
         for rid, label, run in rows:
+            if "#" in rid.rsplit("/", 1)[-1]:  # a repeat: which one
+                label = f"{label}#{rid.rsplit('#', 1)[-1]}"
             status = run.status if run else "queued"
             gpu = run.started.get("gpu") if run else None
             if gpu is not None:

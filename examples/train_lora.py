@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from datasets import Dataset, load_dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
+from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, set_seed
 from trl import SFTConfig, SFTTrainer
 
 
@@ -57,6 +57,10 @@ def main() -> None:
                         save_strategy="no", report_to="none", max_length=128, disable_tqdm=True,
                         per_device_train_batch_size=2, gradient_accumulation_steps=2)
     script_args, sft_args = parser.parse_args_into_dataclasses()
+    # Seed before building the model: a preset's random weights come from the global generator,
+    # and the Trainer seeds only after the model exists. Unseeded, every run (every split of a
+    # sweep) started from different weights and its loss curve was not comparable.
+    set_seed(sft_args.seed)
     model, tokenizer = load_model_and_tokenizer(script_args.model_name_or_path)
     callbacks = []
     if script_args.trace:

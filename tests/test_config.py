@@ -111,3 +111,20 @@ def test_help_is_fast_and_light():
     code = "import sys, tracetui.cli; print('torch' in sys.modules, 'textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert out.strip() == "False False"
+
+
+def test_every_setting_is_declared_once_and_reaches_flag_toml_and_help():
+    """One declaration per setting gives its flag, TOML key, type, default and help."""
+    from dataclasses import fields
+
+    from tracetui.cli import build_parser
+    from tracetui.config import SweepConfig, from_mapping
+
+    parser = build_parser()
+    dests = {a.dest: a for a in parser._actions}
+    help_text = parser.format_help()
+    for f in fields(SweepConfig):
+        assert f.name in dests, f.name  # a flag
+        assert f.metadata["help"].split()[0] in help_text  # its help
+        default = getattr(SweepConfig(), f.name)
+        assert getattr(from_mapping({f.name.replace("_", "-"): default}), f.name) == default  # a TOML key

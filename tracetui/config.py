@@ -10,7 +10,7 @@ import argparse
 import math
 import os
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,43 +48,69 @@ class Split:
         return f"{self.micro_batch}x{self.grad_accum}"
 
 
+def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = None, negatable: bool = False,
+            metavar: str | None = None, const: Any = None, show_default: bool = True) -> Any:
+    """One sweep setting, declared once: its default, type, help and flag. The TOML key, the
+    flag, its coercion and ``--help`` are all derived from this (:func:`add_arguments`,
+    :func:`from_mapping`). ``kind``: the value's type (default: the default's); ``flag``: a
+    flag other than ``--name`` (``--no-probe``); ``negatable``: also ``--no-name``;
+    ``const``: the value of the flag given without one."""
+    kind = kind or type(default)
+    meta = dict(help=help, kind=kind, flag=flag, negatable=negatable, metavar=metavar, const=const,
+                show_default=show_default, nullable=default is None)
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class SweepConfig:
-    model: str = "tiny"
-    dataset: str = "synthetic"
-    dataset_split: str = "train"
-    text_field: str = "text"
-    seq_len: int = 256
-    effective_batch: list[int] = field(default_factory=lambda: [4])
-    splits: str = "auto"
-    max_micro_batch: int | None = None
-    steps: int = 20
-    warmup: int = 3
+    model: str = setting("tiny", f"preset ({', '.join(PRESETS)}), hub id or local directory")
+    dataset: str = setting("synthetic", "synthetic, a hub id, or a .json/.jsonl/.parquet/.txt/.csv file")
+    dataset_split: str = setting("train", "split of a hub/file data set")
+    text_field: str = setting("text", "column holding the text")
+    seq_len: int = setting(256, "tokens per row")
+    effective_batch: list[int] = setting([4], "one or more effective batches, comma-separated", kind=list)
+    splits: str = setting("auto", "auto (every MICROxACCUM pair) or a list like 1x4,2x2,4x1", show_default=False)
+    max_micro_batch: int | None = setting(None, "largest micro-batch that auto may choose", kind=int)
+    steps: int = setting(20, "optimizer steps per run")
+    warmup: int = setting(3, "steps measured but not counted")
     #: two fresh processes per split by default: a run's steps say nothing about how much runs
     #: of the same split differ between processes (up to 40% on an H200 host), and the
     #: intervals and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)
-    repeats: int = 2
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    lora_targets: str = "all-linear"
-    precision: str = "auto"
-    activation_checkpointing: bool = False
-    lr: float = 2e-4
-    seed: int = 42
-    device: str = "auto"
-    memory_limit: float | None = None
-    runs_dir: str = "tracetui_runs"
-    sample_hz: float = 10.0
-    probe: bool = True
-    until_confident: float | None = None
-    min_steps: int = 10
-    gpus: str = ""
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str = ""
-    stall_timeout: float | None = None
+    repeats: int = setting(2, "fresh-process runs of each split, interleaved; intervals and verdicts rest on the "
+                              "spread between them (1: intervals cover step noise only)")
+    lora_r: int = setting(16, "LoRA rank")
+    lora_alpha: int = setting(32, "LoRA alpha")
+    lora_dropout: float = setting(0.05, "LoRA dropout")
+    lora_targets: str = setting("all-linear", "all-linear or module names, comma-separated")
+    precision: str = setting("auto", "auto (bf16 on a GPU that has it, else fp32), bf16, fp16, fp32")
+    activation_checkpointing: bool = setting(False, "recompute activations in backward (saves memory; passed "
+                                                    "to the trainer both ways)", negatable=True)
+    lr: float = setting(2e-4, "learning rate")
+    seed: int = setting(42, "seed for weights, LoRA init and data order")
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N")
+    memory_limit: float | None = setting(None, "cap the memory a run may take: CUDA memory on a GPU, the worker's "
+                                               "data size on the CPU", kind=float, metavar="GiB")
+    runs_dir: str = setting("tracetui_runs", "where event logs go")
+    sample_hz: float = setting(10.0, "GPU samples per second")
+    probe: bool = setting(True, "train without the probe's hooks (for overhead measurements)", flag="--no-probe",
+                          show_default=False)
+    until_confident: float | None = setting(
+        None, "stop a split once its median step time is known to within PCT%% (default 2), or once its "
+              "interval is clear of every split measured before it (cheapest split first); --steps is then "
+              "the most steps a split may take", kind=float, metavar="PCT", const=2.0)
+    min_steps: int = setting(10, "measured steps before --until-confident may stop")
+    gpus: str = setting("", "run different splits at the same time, one run per GPU", metavar="0,1,...",
+                        show_default=False)
+    nproc_per_node: int = setting(1, "launch each run with torchrun as DDP over N processes; a split is then "
+                                     "MICRO x ACCUM x world", metavar="N")
+    nnodes: int = setting(1, "torchrun: number of machines")
+    node_rank: int = setting(0, "torchrun: this machine's rank")
+    rdzv_endpoint: str = setting("", "torchrun: rendezvous endpoint", metavar="HOST:PORT", show_default=False)
+    stall_timeout: float | None = setting(
+        None, "stop a run as stalled after SECONDS without progress (default: 10x its median step, at least "
+              "60 s; before its first step at least 600 s)", kind=float, metavar="SECONDS")
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -181,27 +207,21 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
     return value
 
 
-_TYPES: dict[str, type] = {
-    "model": str, "dataset": str, "dataset_split": str, "text_field": str, "seq_len": int,
-    "splits": str, "max_micro_batch": int, "steps": int, "warmup": int, "repeats": int,
-    "lora_r": int, "lora_alpha": int, "lora_dropout": float, "lora_targets": str,
-    "precision": str, "activation_checkpointing": bool, "lr": float, "seed": int, "device": str,
-    "memory_limit": float, "runs_dir": str, "sample_hz": float, "probe": bool,
-    "until_confident": float, "min_steps": int, "gpus": str, "nproc_per_node": int, "nnodes": int,
-    "node_rank": int, "rdzv_endpoint": str, "stall_timeout": float,
-}
+#: each setting's type, from its declaration
+_TYPES: dict[str, Any] = {f.name: f.metadata["kind"] for f in fields(SweepConfig)}
 
 
 def from_mapping(values: dict[str, Any], base: SweepConfig | None = None) -> SweepConfig:
     """Apply ``values`` (TOML table or parsed flags; ``-`` or ``_`` in keys) onto ``base``."""
     cfg = base or SweepConfig()
-    known = {f.name for f in fields(SweepConfig)}
+    fields_by_name = {f.name: f for f in fields(SweepConfig)}
+    known = set(fields_by_name)
     for raw_key, value in values.items():
         key = raw_key.replace("-", "_")
         if key not in known:
             raise ConfigError(raw_key, "is not a tracetui setting",
                               "see `tracetui --help` for the settings a config file may hold")
-        if value is None and key in ("max_micro_batch", "memory_limit", "until_confident"):
+        if value is None and fields_by_name[key].metadata["nullable"]:
             setattr(cfg, key, None)
             continue
         if key == "effective_batch":
@@ -443,56 +463,33 @@ def gpu_count() -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The sweep flags, shared by the TUI, the headless export and ``tracetui sweep``.
+    """The sweep flags, shared by the TUI, the headless export and ``tracetui sweep``, built from
+    the declarations in :class:`SweepConfig`.
 
-    Defaults are ``None`` (argparse.SUPPRESS) so only flags actually given override the TOML.
+    Defaults are ``argparse.SUPPRESS`` so only flags actually given override the TOML.
     """
     S = argparse.SUPPRESS
     g = parser.add_argument_group("sweep")
     g.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
-    g.add_argument("--model", default=S, help=f"preset ({', '.join(PRESETS)}), hub id or local directory (default tiny)")
-    g.add_argument("--dataset", default=S, help="synthetic (default), a hub id, or a .json/.jsonl/.parquet/.txt/.csv file")
-    g.add_argument("--dataset-split", default=S, help="split of a hub/file data set (default train)")
-    g.add_argument("--text-field", default=S, help="column holding the text (default text)")
-    g.add_argument("--seq-len", default=S, help="tokens per row (default 256)")
-    g.add_argument("--effective-batch", default=S, help="one or more effective batches, comma-separated (default 4)")
-    g.add_argument("--splits", default=S, help="auto (every MICROxACCUM pair) or a list like 1x4,2x2,4x1")
-    g.add_argument("--max-micro-batch", default=S, help="largest micro-batch that auto may choose")
-    g.add_argument("--steps", default=S, help="optimizer steps per run (default 20)")
-    g.add_argument("--warmup", default=S, help="steps measured but not counted (default 3)")
-    g.add_argument("--repeats", default=S, help="fresh-process runs of each split, interleaved; intervals resample runs, then steps "
-                        "(default 2; 1 gives intervals that cover step noise only)")
-    g.add_argument("--lora-r", default=S, help="LoRA rank (default 16)")
-    g.add_argument("--lora-alpha", default=S, help="LoRA alpha (default 32)")
-    g.add_argument("--lora-dropout", default=S, help="LoRA dropout (default 0.05)")
-    g.add_argument("--lora-targets", default=S, help="all-linear (default) or module names, comma-separated")
-    g.add_argument("--precision", default=S, help="auto (default: bf16 on a GPU that has it, else fp32), bf16, fp16, fp32")
-    g.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true", default=S,
-                   help="recompute activations in backward (saves memory)")
-    g.add_argument("--no-activation-checkpointing", dest="activation_checkpointing", action="store_false", default=S)
-    g.add_argument("--lr", default=S, help="learning rate (default 2e-4)")
-    g.add_argument("--seed", default=S, help="seed for weights, LoRA init and data order (default 42)")
-    g.add_argument("--device", default=S, help="auto (default), cpu, cuda or cuda:N")
-    g.add_argument("--memory-limit", default=S, metavar="GiB",
-                   help="cap the memory a run may take: CUDA memory on a GPU, the worker's data size on the CPU")
-    g.add_argument("--runs-dir", default=S, help="where event logs go (default tracetui_runs)")
-    g.add_argument("--sample-hz", default=S, help="GPU samples per second (default 10)")
-    g.add_argument("--until-confident", nargs="?", const=2.0, default=S, metavar="PCT",
-                   help="stop a split once its median step time is known to within PCT%% (default 2), or "
-                        "once its interval is clear of every split measured before it (cheapest split first); "
-                        "--steps is then the most steps a split may take")
-    g.add_argument("--min-steps", default=S, help="measured steps before --until-confident may stop (default 10)")
-    g.add_argument("--gpus", default=S, metavar="0,1,...",
-                   help="run different splits at the same time, one run per GPU")
-    g.add_argument("--nproc-per-node", default=S, metavar="N",
-                   help="launch each run with torchrun as DDP over N processes; a split is then MICRO x ACCUM x world")
-    g.add_argument("--nnodes", default=S, help="torchrun: number of machines (default 1)")
-    g.add_argument("--node-rank", default=S, help="torchrun: this machine's rank")
-    g.add_argument("--rdzv-endpoint", default=S, metavar="HOST:PORT", help="torchrun: rendezvous endpoint")
-    g.add_argument("--stall-timeout", default=S, metavar="SECONDS",
-                   help="stop a run as stalled after SECONDS without progress (default: 10x its median step, at least 60 s; before its first step at least 600 s)")
-    g.add_argument("--no-probe", dest="probe", action="store_false", default=S,
-                   help="train without the probe's hooks (for overhead measurements)")
+    for f in fields(SweepConfig):
+        m = f.metadata
+        flag = m["flag"] or "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else f.default_factory()
+        shown = ",".join(map(str, default)) if isinstance(default, list) else default
+        help_text = m["help"] + (f" (default {shown})" if m["show_default"] and default is not None
+                                 and m["kind"] is not bool else "")
+        if m["kind"] is bool:
+            if m["flag"]:  # a switch that turns a default-on setting off
+                g.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
+                               default=S, help=m["help"])
+                continue
+            g.add_argument(flag, dest=f.name, action="store_true", default=S,
+                           help=help_text + (" (default off)" if not default else " (default on)"))
+            if m["negatable"]:
+                g.add_argument("--no-" + flag[2:], dest=f.name, action="store_false", default=S)
+            continue
+        extra = {"nargs": "?", "const": m["const"]} if m["const"] is not None else {}
+        g.add_argument(flag, dest=f.name, default=S, metavar=m["metavar"], help=help_text, **extra)
 
 
 SWEEP_KEYS = [f.name for f in fields(SweepConfig)]

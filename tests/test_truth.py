@@ -329,3 +329,33 @@ def test_a_run_whose_loss_went_nan_is_flagged_from_its_log_too(tmp_path):
     data = json.loads((tmp_path / "s.json").read_text())
     assert "use " not in data["recommendation"] and "NaN or infinite" in data["recommendation"]
     assert all("loss went non-finite" in s["message"] for s in data["splits"])
+
+
+@pytest.mark.slow
+def test_full_disk_under_the_runs_dir_is_reported_not_hidden(tmp_path):
+    """--runs-dir on a filesystem that fills up mid-sweep (a real 16 KB tmpfs): the splits still
+    finish ok (the worker's own log cannot stop training), the event log holds only whole lines,
+    and the exit status and one line say the outputs are incomplete."""
+    import os
+    import subprocess as sp
+
+    from .conftest import read_csv, run_cli
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or sp.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(small)],
+                                   capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        out = tmp_path / "out.csv"
+        proc = run_cli("--export", "csv", "-o", out, "--splits", "1x2,2x1", "--effective-batch", 2, "--steps", 30,
+                       "--warmup", 1, "--seq-len", 16, "--runs-dir", small)
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        assert "event(s) could not be written to" in proc.stderr
+        rows = read_csv(out)
+        assert [r["status"] for r in rows] == ["ok", "ok"]  # healthy runs stay ok
+        log = next(small.glob("*/events.jsonl"))
+        text = log.read_bytes()
+        assert text.endswith(b"\n") and all(json.loads(line) for line in text.splitlines())  # no torn line
+    finally:
+        sp.run(["umount", "-l", str(small)], capture_output=True)

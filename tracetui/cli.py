@@ -20,6 +20,9 @@ from . import __version__
 from .config import ConfigError, SweepConfig, add_arguments, from_args, validate, validate_deep
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: the sweep ran, but some events could not be written to its log (a full disk): the outputs
+#: are incomplete, and a line says how many events and why
+EXIT_INCOMPLETE = 3
 #: the signals that stop a sweep (SIGHUP: the terminal went away, as when an SSH session drops)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -304,8 +307,9 @@ def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str 
     return rows, None
 
 
-def write_and_report(results, ns, log_path: str | None) -> int:
-    """Write the outputs, say the verdict and the advice on stderr; the exit status for it."""
+def write_and_report(results, ns, log_path: str | None, log=None) -> int:
+    """Write the outputs, say the verdict and the advice on stderr; the exit status for it.
+    ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
     from .analysis import recommendation, verdict
 
     rows, err = finish_outputs(results, ns, log_path)
@@ -314,6 +318,9 @@ def write_and_report(results, ns, log_path: str | None) -> int:
     for line in (verdict(rows), recommendation(rows)):
         if line:
             say(f"tracetui: {line}")
+    if log is not None and log.incomplete:
+        say(f"tracetui: error: {log.incomplete_message()}")
+        return EXIT_INCOMPLETE
     return EXIT_NONE_OK if err else EXIT_OK
 
 
@@ -356,8 +363,6 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     finally:
         sweep.close()
     rows, err = finish_outputs(results, ns, str(sweep.log.path))
-    if sweep.log.error:
-        say(f"tracetui: warning: {sweep.log.error}")
     if err:
         say(f"tracetui: error: {err}")
     line = verdict(rows)
@@ -366,11 +371,15 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     rec = recommendation(rows)
     if rec:
         say(f"tracetui: {rec}")
+    if sweep.log.incomplete:
+        say(f"tracetui: error: {sweep.log.incomplete_message()}")
     if sweep.interrupted or signals.signum:
         done = [r["split"] for r in rows if r["status"] == "ok"]
         say(f"tracetui: interrupted by {signals.name or 'a stop request'}; "
             f"finished splits: {', '.join(done) or 'none'}; every measured step is in {sweep.log.path}")
         return 128 + (signals.signum or signal.SIGINT)
+    if sweep.log.incomplete:
+        return EXIT_INCOMPLETE
     if err:
         return EXIT_NONE_OK
     ok = any(r["status"] == "ok" for r in rows)

@@ -129,7 +129,7 @@ def watch_main(argv: list[str]) -> int:
         log.close()
     if listener.dropped_total:
         sys.stderr.write(f"tracetui: {listener.describe_drops()}\n")
-    return write_and_report(results, ns, str(log.path))
+    return write_and_report(results, ns, str(log.path), log)
 
 
 def _sweep_parser() -> _Parser:

@@ -43,6 +43,30 @@ def _was_interrupted(exc: BaseException) -> bool:
     return _terminated
 
 
+class _TolerantLog:
+    """The worker's output log, which must never stop training: on a full disk a library's print
+    or progress bar would raise ``OSError`` inside the training loop (and Python's exit would
+    fail flushing it), turning a healthy run into an error. Writes that fail are dropped."""
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, text: str) -> int:
+        try:
+            return self._fh.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._fh.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding ...
+        return getattr(self._fh, name)
+
+
 def cap_memory(gib: float, device: str) -> None:
     """``--memory-limit``: on a GPU, the CUDA caching allocator's share of the card; on the CPU,
     the worker's data segment (``RLIMIT_DATA``: heap and anonymous mappings, which is where
@@ -90,7 +114,7 @@ def run(spec: dict, mp_queue: Any) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
     # Keep the child's prints off the terminal the TUI draws on.
-    log = open(spec["log_path"], "a", buffering=1, encoding="utf-8")
+    log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log

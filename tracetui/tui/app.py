@@ -374,7 +374,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
     monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
     status is 128 + the signal. Signals that come later change nothing (see
     :class:`~tracetui.cli.StopSignals`)."""
-    from ..cli import StopSignals, say
+    from ..cli import EXIT_INCOMPLETE, StopSignals, say
     from ..runner.sweep import Sweep
 
     why = no_terminal()
@@ -414,6 +414,9 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
                 f"every measured step is in {sweep.log.path}{wrote}")
         else:
             say(f"tracetui: events in {sweep.log.path}{wrote} ({time.monotonic() - started:.0f} s)")
+        if sweep.log.incomplete:
+            say(f"tracetui: error: {sweep.log.incomplete_message()}")
+            code = code or EXIT_INCOMPLETE
         return code or 0
     finally:
         signals.release()

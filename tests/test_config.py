@@ -128,3 +128,13 @@ def test_every_setting_is_declared_once_and_reaches_flag_toml_and_help():
         assert f.metadata["help"].split()[0] in help_text  # its help
         default = getattr(SweepConfig(), f.name)
         assert getattr(from_mapping({f.name.replace("_", "-"): default}), f.name) == default  # a TOML key
+
+
+def test_lora_targets_that_name_no_layer_are_refused_up_front(capsys):
+    """They would fail in every run, minutes in: refused before any run with the names to use."""
+    from tracetui.cli import main
+
+    assert main(["--dry-run", "--lora-targets", "q_proj,qkv"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--lora-targets: 'qkv' names no linear layer of tiny" in err and "q_proj" in err
+    assert main(["--dry-run", "--lora-targets", "q_proj,v_proj", "--repeats", "1"]) == 0

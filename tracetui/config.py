@@ -398,15 +398,21 @@ def validate_deep(cfg: SweepConfig) -> None:
         if "/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model:
             raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id",
                               f"use one of {', '.join(PRESETS)}, a directory, or an id like org/name")
+    model_config = None
     if kind in ("local", "hub"):
         try:
             from transformers import AutoConfig
 
-            AutoConfig.from_pretrained(cfg.model)
+            model_config = AutoConfig.from_pretrained(cfg.model)
         except Exception as exc:  # noqa: BLE001 - any loader failure is a user-facing config error
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError("--model", f"cannot load {cfg.model!r} ({first[:160]})",
                               "check the path or id, or use a built-in preset such as tiny") from None
+    else:
+        from .presets import build_config
+
+        model_config = build_config(cfg.model)
+    check_lora_targets(cfg, model_config)
     dkind = dataset_kind(cfg.dataset)
     if dkind == "file":
         p = Path(cfg.dataset)
@@ -444,6 +450,27 @@ def validate_deep(cfg: SweepConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError("--precision", "fp16 training needs a GPU and none is available",
                               "use fp32 or bf16 on CPU")
+
+
+def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
+    """``--lora-targets`` that name no module of the model would fail in every run, minutes in:
+    check them on the model's skeleton (built on the meta device: no memory, no weights)."""
+    if cfg.lora_targets.strip() == "all-linear":
+        return
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(model_config)
+    except Exception:  # noqa: BLE001 - a model the check cannot build is left to the run to judge
+        return
+    names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    tails = sorted({n.rsplit(".", 1)[-1] for n in names})
+    for target in (t.strip() for t in cfg.lora_targets.split(",") if t.strip()):
+        if not any(n == target or n.endswith("." + target) for n in names):
+            raise ConfigError("--lora-targets", f"{target!r} names no linear layer of {cfg.model}",
+                              f"use all-linear or some of {', '.join(tails[:12])}")
 
 
 def gpu_count() -> int:

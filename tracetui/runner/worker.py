@@ -220,6 +220,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the callbacks and
     handed each micro-batch's loss; ``callbacks`` come before it."""
     import dataclasses
+    import shutil
     import tempfile
 
     from peft import LoraConfig
@@ -267,8 +268,12 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
 
     set_seed(cfg.seed)
     cbs = list(callbacks) + ([probe] if probe is not None else [])
-    return ProbedSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                            peft_config=lora, callbacks=cbs or None)
+    try:
+        return ProbedSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                                peft_config=lora, callbacks=cbs or None)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)  # the trainer never came to own it
+        raise
 
 
 def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict) -> dict:

@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .events import GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STARTED, STEP
+from .events import FAIL_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STARTED, STEP
 from .phases import FIELDS
 from .probe.quiet import gpu_picture, judge
 from .probe.settings import SETTING_COLUMNS
@@ -151,26 +151,75 @@ def ratio_ci(slow_boots: list[float], fast_boots: list[float], level: float = 0.
     if len(slow_boots) != len(fast_boots) or len(slow_boots) < 2:
         raise ValueError("ratio_ci needs two bootstrap samples of the same size")
     ratios = [s / f for s, f in zip(slow_boots, fast_boots) if f > 0]
+    if not ratios:
+        raise ValueError("ratio_ci needs positive medians")
     a = (1 - level) / 2
     return quantile(ratios, a), quantile(ratios, 1 - a)
 
 
-#: two-sided 97.5% points of Student's t by degrees of freedom (between them: interpolated in 1/df)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-12:
+            break
+    return h
+
+
+def _t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function (through the regularised incomplete beta)."""
+    x = df / (df + t * t)
+    a, b = df / 2.0, 0.5
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    ibeta = front * _betacf(a, b, x) / a if x < (a + 1) / (a + b + 2) else 1.0 - front * _betacf(b, a, 1 - x) / b
+    tail = 0.5 * ibeta
+    return 1.0 - tail if t >= 0 else tail
+
+
+_T_CACHE: dict[tuple[float, int], float] = {}
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (p > 0.5), by bisection."""
+    key = (p, df)
+    if key not in _T_CACHE:
+        lo, hi = 0.0, 1e4
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
+        _T_CACHE[key] = (lo + hi) / 2
+    return _T_CACHE[key]
+
+
+def simultaneous_t(df: int, splits: int) -> float:
+    """t for 95% intervals that hold together over every pair of ``splits`` splits (Bonferroni).
+
+    The verdict compares the fastest and the slowest split, picked after looking: with three
+    equally fast splits a plain 95% interval would call one "faster" about one time in ten."""
+    pairs = max(1, splits * (splits - 1) // 2)
+    return t_quantile(1 - 0.025 / pairs, df)
 
 
 def t975(df: int) -> float:
     """Student's t quantile for a 95% two-sided interval with ``df`` degrees of freedom."""
-    if df in _T975:
-        return _T975[df]
-    keys = sorted(_T975)
-    if df > keys[-1]:
-        return 1.96
-    lo = max(k for k in keys if k < df)
-    hi = min(k for k in keys if k > df)
-    w = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
-    return _T975[hi] + w * (_T975[lo] - _T975[hi])
+    return t_quantile(0.975, df)
 
 
 def run_medians(runs: list[RunData]) -> list[float]:
@@ -181,6 +230,10 @@ def run_medians(runs: list[RunData]) -> list[float]:
         if enough_for_interval(len(walls)):
             out.append(median(walls))
     return out
+
+
+#: pooled degrees of freedom from which intervals are run level (below: a single rerun)
+MIN_RUN_DF = 2
 
 
 def between_run_spread(groups: dict[tuple, list[RunData]]) -> dict[str, tuple[float, int]]:
@@ -200,7 +253,8 @@ def between_run_spread(groups: dict[tuple, list[RunData]]) -> dict[str, tuple[fl
             acc = sums.setdefault(machine, [0.0, 0])
             acc[0] += sum((x - mu) ** 2 for x in logs)
             acc[1] += len(logs) - 1
-    return {m: (ss / df, int(df)) for m, (ss, df) in sums.items() if df > 0}
+    # one rerun (1 degree of freedom, t = 12.7) is not yet a spread to judge by
+    return {m: (ss / df, int(df)) for m, (ss, df) in sums.items() if df >= MIN_RUN_DF}
 
 
 def _boots(results: "Results", key: tuple, per_run: list[list[float]]) -> list[float]:
@@ -242,7 +296,7 @@ class RunData:
         return env.get("gpu_name") or "CPU"
 
     def measured(self) -> list[dict]:
-        return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0]
+        return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
     def add(self, event: dict) -> None:
         etype = event["type"]
@@ -261,8 +315,11 @@ class RunData:
             if event.get("rank", 0) == 0 or not self.settings:
                 self.settings = event.get("settings") or {}
         elif etype == RUN_FINISHED:
-            self.status = "ok"
-            self.finished = event
+            # under data parallel every rank finishes; rank 0's record stands, and a rank that
+            # failed is not overruled by one that finished after it
+            if event.get("rank", 0) == 0 and self.status not in FAIL_KINDS:
+                self.status = "ok"
+                self.finished = event
         elif etype == RUN_FAILED:
             self.status = event.get("kind", "error")
             self.message = event.get("message", "")
@@ -322,30 +379,38 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         measured = [s for r in runs for s in r.measured()]
         walls = [s["wall_ms"] for s in measured]
         statuses = [r.status for r in runs]
-        status = "ok" if "ok" in statuses else statuses[-1]
-        if any(st not in ("ok",) for st in statuses) and "ok" in statuses and len(runs) > 1:
-            status = "ok"
+        live = [st for st in statuses if st in ("queued", "warming up", "running")]
+        # still measuring while any run is; ok once one run is and none failed; else the failure
+        status = live[-1] if live else "ok" if "ok" in statuses else statuses[-1]
+        failed = [st for st in statuses if st in FAIL_KINDS]
         row: dict[str, Any] = dict(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=f"{mb}x{ga}" + (f"x{ws}" if ws > 1 else ""), status=status, runs=len(runs),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join(r.message for r in runs if r.message),
         )
+        if failed and status == "ok":
+            row["message"] = "; ".join(x for x in (f"{failed[0]} in {len(failed)} of {len(runs)} runs",
+                                                    row["message"]) if x)
         if walls:
             row["step_ms_median"] = median(walls)
             row["step_ms_p10"] = quantile(walls, 0.1)
             row["step_ms_p90"] = quantile(walls, 0.9)
             per_run = [[s["wall_ms"] for s in r.measured()] for r in runs if r.measured()]
             meds = run_medians(runs)
-            if machine in spread and meds:
+            if machine in spread:
                 # Run level: the median step of a typical fresh process, with an interval from
                 # the spread between processes (t on the pooled degrees of freedom).
+                # A split with no run of enough steps gets no interval at all, not a step one.
                 var, df = spread[machine]
-                logs = [math.log(m) for m in meds]
-                mu = sum(logs) / len(logs)
-                half = t975(df) * math.sqrt(var / len(logs))
-                row.update(ci_scope="runs", step_ms_median=math.exp(mu), step_ms_ci_low=math.exp(mu - half),
-                           step_ms_ci_high=math.exp(mu + half), _mu=mu, _k=len(logs), _var=var, _df=df)
+                if meds:
+                    logs = [math.log(m) for m in meds]
+                    mu = sum(logs) / len(logs)
+                    half = t975(df) * math.sqrt(var / len(logs))
+                    row.update(ci_scope="runs", step_ms_median=math.exp(mu), step_ms_ci_low=math.exp(mu - half),
+                               step_ms_ci_high=math.exp(mu + half), _mu=mu, _k=len(logs), _var=var, _df=df)
+                else:
+                    row.update(ci_scope="runs", too_few_steps=True)
             elif enough_for_interval(len(walls)):
                 row["ci_scope"] = "steps"
                 boots_of[key] = _boots(results, key, per_run)
@@ -361,8 +426,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             samples = [s["samples"] for s in measured if s.get("samples")]
             row["tokens_per_s"] = median(toks) * ws / secs if toks else None
             row["samples_per_s"] = median(samples) * ws / secs if samples else None
-            if len(per_run) > 1:
-                meds = [median(w) for w in per_run]
+            if len(meds) > 1:
                 row["repeat_spread_pct"] = 100.0 * (max(meds) - min(meds)) / median(meds)
         gpus = sorted({r.started.get("gpu") for r in runs if r.started.get("gpu") is not None})
         row["gpus"] = ",".join(str(g) for g in gpus) or None
@@ -378,14 +442,18 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row["memory_limit_gib"] = cfg.get("memory_limit")
         row["energy_j_per_step"] = _energy_per_step(runs, row.get("step_ms_median"))
         # a loss that went NaN or infinite is null in a log (JSON has no NaN), flagged apart
-        curve = {s["step"]: (s["loss"] if s.get("loss") is not None else math.nan)
-                 for s in (runs[-1].steps if runs else [])
-                 if (s.get("loss") is not None or s.get("loss_finite") is False) and s.get("rank", 0) == 0}
+        def curve_of(run: RunData) -> dict:
+            return {s["step"]: (s["loss"] if s.get("loss") is not None else math.nan) for s in run.steps
+                    if (s.get("loss") is not None or s.get("loss_finite") is False) and s.get("rank", 0) == 0}
+        with_loss = [r for r in runs if curve_of(r)]
+        source = ([r for r in with_loss if r.status == "ok"] or with_loss or [None])[-1]
+        curve = curve_of(source) if source is not None else {}
         row["final_loss"] = curve[max(curve)] if curve else None
         row["loss_curve"] = curve
-        row["loss_finite"] = all(math.isfinite(v) for v in curve.values())
-        if not row["loss_finite"]:
-            bad = min(k for k, v in curve.items() if not math.isfinite(v))
+        bad_steps = [k for r in with_loss for k, v in curve_of(r).items() if not math.isfinite(v)]
+        row["loss_finite"] = not bad_steps
+        if bad_steps:
+            bad = min(bad_steps)
             row["message"] = "; ".join(x for x in (row["message"], f"loss went non-finite at step {bad}") if x)
         row["precision_used"] = _precision_of(runs[0])
         _add_settings(row, runs)
@@ -446,9 +514,12 @@ def _energy_per_step(runs: list[RunData], step_ms: float | None) -> float | None
 
 
 def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
+    """Speedup of each split against the slowest of its group, with an interval: at run level
+    a t interval of the log ratio, simultaneous over the group's pairs. Failed splits are left
+    out of the ranking."""
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get("step_ms_median"):
+        if r.get("step_ms_median") and r["status"] not in FAIL_KINDS:
             by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     for group in by_group.values():
         slowest = max(group, key=lambda r: r["step_ms_median"])
@@ -458,7 +529,7 @@ def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
             r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
             mine = boots_of.get(_key(r))
             if "_mu" in r and "_mu" in slowest:  # run level: t interval of the log ratio
-                half = t975(r["_df"]) * math.sqrt(r["_var"] * (1 / r["_k"] + 1 / slowest["_k"]))
+                half = simultaneous_t(r["_df"], len(group)) * math.sqrt(r["_var"] * (1 / r["_k"] + 1 / slowest["_k"]))
                 log_ratio = slowest["_mu"] - r["_mu"]
                 r["speedup_ci_low"], r["speedup_ci_high"] = math.exp(log_ratio - half), math.exp(log_ratio + half)
             elif sw is not None and mine is not None:  # no interval from too few steps
@@ -477,7 +548,7 @@ def _curve_gap(a: dict, b: dict) -> tuple[float, int | None]:
     for step in sorted(set(a) & set(b)):
         x, y = a[step], b[step]
         if not (math.isfinite(x) and math.isfinite(y)):
-            d = 0.0 if x == y else math.inf
+            d = 0.0 if (x == y or (math.isnan(x) and math.isnan(y))) else math.inf
         else:
             d = abs(x - y) / max(abs(x), abs(y), 1e-8)
         if at is None or d > worst:
@@ -493,7 +564,7 @@ def _add_loss_check(rows: list[dict]) -> None:
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("loss_curve"):
-            by_group.setdefault((r["machine"], r["effective_batch"]), []).append(r)
+            by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     for group in by_group.values():
         if len(group) < 2:
             continue
@@ -545,9 +616,15 @@ def _add_environment_changes(rows: list[dict], groups: dict[tuple, list[RunData]
                     row["env_changed"] = "the machine changed between runs: " + "; ".join(changed)
 
 
-def _mode(precision: str | None) -> str:
-    """``bf16 (weights float32)`` -> ``bf16``."""
-    return (precision or "bf16").split(" ")[0]
+def _mode(precision: Any) -> str:
+    """``bf16 (weights float32)`` -> ``bf16``; half precision if either the mixed-precision mode
+    or the weights are (bf16 weights under ``bf16=False`` still compute in bf16)."""
+    text = precision if isinstance(precision, str) else "bf16"
+    if "bfloat16" in text:
+        return "bf16"
+    if "float16" in text:
+        return "fp16"
+    return text.split(" ")[0]
 
 
 def _precision_of(run: RunData) -> str | None:
@@ -677,7 +754,7 @@ def verdict(rows: list[dict]) -> str:
     lines = []
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get("step_ms_median"):
+        if r.get("step_ms_median") and r["status"] not in FAIL_KINDS:  # a failed split is not ranked
             groups.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     multi_machine = len({k[0] for k in groups}) > 1
     for (machine, eb, _ws), group in groups.items():
@@ -707,8 +784,10 @@ def verdict(rows: list[dict]) -> str:
             lines.append(f"{fastest['split']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['split']}"
                          f"{ci} at effective batch {eb}{where}{mem}")
         else:
+            how = ("the speedup's interval includes 1" if fastest.get("ci_scope") == "runs"
+                   else "intervals overlap")
             lines.append(f"no clear difference between {fastest['split']} and {slowest['split']} "
-                         f"at effective batch {eb}{where} (intervals overlap)")
+                         f"at effective batch {eb}{where} ({how})")
     return " | ".join(lines)
 
 

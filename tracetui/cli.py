@@ -310,12 +310,12 @@ def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str 
 def write_and_report(results, ns, log_path: str | None, log=None) -> int:
     """Write the outputs, say the verdict and the advice on stderr; the exit status for it.
     ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
-    from .analysis import recommendation, verdict
+    from .analysis import recommendation, scope_note, verdict
 
     rows, err = finish_outputs(results, ns, log_path)
     if err:
         say(f"tracetui: error: {err}")
-    for line in (verdict(rows), recommendation(rows)):
+    for line in (verdict(rows), recommendation(rows), scope_note(rows)):
         if line:
             say(f"tracetui: {line}")
     if log is not None and log.incomplete:
@@ -338,7 +338,7 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
 
 def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignals) -> int:
-    from .analysis import Results, recommendation, verdict
+    from .analysis import Results, recommendation, scope_note, verdict
     from .runner.sweep import Sweep
 
     results = Results()
@@ -368,9 +368,9 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     line = verdict(rows)
     if line:
         say(f"tracetui: {line}")
-    rec = recommendation(rows)
-    if rec:
-        say(f"tracetui: {rec}")
+    for extra in (recommendation(rows), scope_note(rows)):
+        if extra:
+            say(f"tracetui: {extra}")
     if sweep.log.incomplete:
         say(f"tracetui: error: {sweep.log.incomplete_message()}")
     if sweep.interrupted or signals.signum:

@@ -41,18 +41,63 @@ def _proc_stat() -> tuple[float, float] | None:
     return (user + nice + system + irq + softirq) / tick, steal / tick
 
 
+def _tree_cpu(root: int) -> float | None:
+    """CPU seconds of the process tree under ``root`` (itself included): each live process's
+    own time plus what its reaped children used (``cutime``/``cstime``), so a descendant counts
+    whether it is alive, finished inside the window, or a data loader worker still running."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone since the listing
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    if root not in cpu:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def _own_cpu() -> float:
-    """CPU seconds of this process (all its threads) and of the children it has waited for."""
+    """CPU seconds of this process and the children it has waited for (no /proc)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def snapshot() -> dict[str, float] | None:
+def measuring_root() -> int:
+    """The process whose tree counts as this measurement's own. A trial started by tracetui
+    (a sweep's worker, a script under ``tracetui sweep``, a torchrun rank) counts its parent's
+    tree: the sweep's other lanes, the other ranks and tracetui itself share the machine on
+    purpose, and are not "other processes". A script on its own counts its own tree."""
+    if os.environ.get("TRACETUI_TRIAL") or os.environ.get("TRACETUI_SOCKET") or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return os.getppid()
+    return os.getpid()
+
+
+def snapshot(root: int | None = None) -> dict[str, float] | None:
     stat = _proc_stat()
     if stat is None:
         return None
-    return {"t": time.monotonic(), "busy": stat[0], "steal": stat[1], "own": _own_cpu()}
+    root = measuring_root() if root is None else root
+    own = _tree_cpu(root)
+    return {"t": time.monotonic(), "busy": stat[0], "steal": stat[1],
+            "own": own if own is not None else _own_cpu(), "root": root}
 
 
 def between(a: dict[str, float] | None, b: dict[str, float] | None) -> dict[str, Any]:
@@ -61,6 +106,7 @@ def between(a: dict[str, float] | None, b: dict[str, float] | None) -> dict[str,
     if a is None or b is None or b["t"] <= a["t"]:
         return {"cores": cores}
     span = b["t"] - a["t"]
+    # clock ticks of /proc (1/100 s) on both sides: a few ticks of rounding over a short window
     other = max(0.0, (b["busy"] - a["busy"]) - (b["own"] - a["own"])) / span
     steal = 100.0 * (b["steal"] - a["steal"]) / (span * cores)
     return {"cores": cores, "seconds": round(span, 3), "own_cpu_cores": round((b["own"] - a["own"]) / span, 3),
@@ -91,19 +137,23 @@ def judge(quiet: dict[str, Any]) -> str | None:
     """Why a run's steps were taken on a busy machine (one line), or None if it was quiet."""
     if not quiet:
         return None
+    def num(key: str) -> float | None:  # values from a log: numbers only
+        v = quiet.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
     why = []
-    other = quiet.get("other_cpu_cores")
+    other = num("other_cpu_cores")
     if other is not None and other > OTHER_CPU_CORES:
         why.append(f"other processes used {other:.1f} CPU cores")
-    steal = quiet.get("steal_pct")
+    steal = num("steal_pct")
     if steal is not None and steal > STEAL_PCT:
         why.append(f"the hypervisor took {steal:.0f}% of the CPU")
-    if quiet.get("other_gpu_procs"):
-        mem = quiet.get("other_gpu_mem_gib")
-        why.append(f"{quiet['other_gpu_procs']} other process(es) on the GPU"
-                   + (f" holding {mem:.1f} GiB" if mem else ""))
-    share = quiet.get("slowdown_share") or 0.0
+    procs = num("other_gpu_procs")
+    if procs:
+        mem = num("other_gpu_mem_gib")
+        why.append(f"{procs:.0f} other process(es) on the GPU" + (f" holding {mem:.1f} GiB" if mem else ""))
+    share = num("slowdown_share") or 0.0
     if share > THROTTLE_SHARE:
-        why.append(f"the GPU was slowed down ({', '.join(quiet.get('slowdown') or [])}) "
-                   f"in {100 * share:.0f}% of samples")
+        kinds = quiet.get("slowdown") if isinstance(quiet.get("slowdown"), list) else []
+        why.append(f"the GPU was slowed down ({', '.join(str(k) for k in kinds)}) in {100 * share:.0f}% of samples")
     return "; ".join(why) or None

@@ -121,6 +121,7 @@ def run(spec: dict, mp_queue: Any) -> None:
     if spec.get("gpu") is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["TRACETUI_TRIAL"] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
 
     from ..config import SweepConfig
     from ..events import RUN_FAILED, RUN_FINISHED, RUN_STARTED, make

@@ -14,3 +14,5 @@ python3 benchmarks/plain_steps.py --model qwen3-1.7b --seq-len 512 --split 1x4 -
 # tests/test_gpu.py from device call 3, the probe under torch.cuda.set_sync_debug_mode("error").
 # first_run_checkpointing_on/: the first session's run, which asked for checkpointing off and got
 # it on (TRL's SFTConfig default); kept because earlier figures cite it.
+# ckpt_off.json, ckpt_on.json: recomputed from the event logs by `tracetui show EVENTS --export json`
+# after the speedup intervals became simultaneous over a group's pairs (the .out files: as run).

@@ -9,3 +9,5 @@ python3 -m tracetui --export json -o invN.json --model qwen3-1.7b --seq-len 512 
 # call1_ckpt_off.*: device call 1's checkpointing-off sweep (1x4,2x2,4x1), a fourth invocation; its
 # summary failed to write (a broken import at that commit, fixed after) and was rebuilt the same
 # way; GPU sampling failed in that call (a schema mismatch, fixed after), so it has no GPU columns.
+# All invN.json and call1_ckpt_off.json: recomputed from their event logs by `tracetui show` with
+# the current analysis (simultaneous intervals change only call1's three-split figures).

@@ -424,3 +424,25 @@ def test_failed_splits_are_not_ranked_and_ddp_ranks_do_not_overrule_a_failure():
     assert rows["4x1"]["status"] == "oom"
     line = verdict(list(rows.values()))
     assert "4x1" not in line and "2x2 is" in line
+
+
+@pytest.mark.slow
+def test_settings_that_fail_every_run_stop_the_sweep_after_two(tmp_path):
+    """A local model folder with a config but no tokenizer or weights passes the up-front checks
+    and then fails in every run: after two identical failures before any step, the rest are not
+    run, and one line blames the settings (exit 2), instead of exit 1 after every run."""
+    from tracetui.presets import build_config
+
+    from .conftest import read_csv, run_cli
+
+    model = tmp_path / "model"
+    build_config("tiny").save_pretrained(model)
+    out = tmp_path / "r.csv"
+    proc = run_cli("--export", "csv", "-o", out, "--model", model, "--splits", "1x4,2x2,4x1", "--steps", 4,
+                   "--warmup", 1, "--runs-dir", tmp_path / "runs")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("started on") <= 2
+    last = [l for l in proc.stderr.splitlines() if l.startswith("tracetui: error: every run fails the same way")]
+    assert len(last) == 1 and "the rest were not run" in last[0]
+    rows = {r["split"]: r for r in read_csv(out)} if out.exists() else {}
+    assert rows.get("4x1", {}).get("status") in (None, "error")

@@ -373,6 +373,11 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
             say(f"tracetui: {extra}")
     if sweep.log.incomplete:
         say(f"tracetui: error: {sweep.log.incomplete_message()}")
+    same = getattr(sweep, "same_failure", None)
+    if same and not signals.signum:
+        say(f"tracetui: error: every run fails the same way before its first step, so the settings are at fault, "
+            f"not a split: {same}; the rest were not run")
+        return EXIT_USAGE
     if sweep.interrupted or signals.signum:
         done = [r["split"] for r in rows if r["status"] == "ok"]
         say(f"tracetui: interrupted by {signals.name or 'a stop request'}; "

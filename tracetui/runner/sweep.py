@@ -334,6 +334,11 @@ class Sweep(Planned):
         self.warnings = gpu_model_warnings(self.lanes)
         self.interrupted = False
         self.outcomes: dict[str, str] = {}
+        #: set when two runs failed the same way before their first step: the settings, not a
+        #: split, are at fault, and every later run would fail the same way (minutes each)
+        self.same_failure: str | None = None
+        self._stepped: set[str] = set()
+        self._setup_failures: list[str] = []
         _ensure_resource_tracker()
 
     # ---- control ---------------------------------------------------------------------------
@@ -363,6 +368,8 @@ class Sweep(Planned):
                     spec = todo.popleft()
                 spec.gpu = gpu
                 self.outcomes[spec.run_id] = self._run_one(spec)
+                if self.same_failure is not None:
+                    return
 
         if len(self.lanes) == 1:
             lane(self.lanes[0])
@@ -373,7 +380,12 @@ class Sweep(Planned):
                 t.start()
             for t in threads:
                 t.join()
-        if self._stop.is_set():
+        if self.same_failure is not None:
+            for spec in todo:  # left unrun: say so, so no run waits "queued" for ever
+                self._emit(make(RUN_FAILED, spec.run_id, kind="error",
+                                message=f"not run: every run fails the same way ({self.same_failure})"))
+            todo.clear()
+        elif self._stop.is_set():
             self.interrupted = True
         return self.outcomes
 
@@ -385,6 +397,13 @@ class Sweep(Planned):
 
     def _emit(self, event: dict) -> None:
         with self._lock:  # lanes run side by side: one writer at a time
+            if event.get("type") == STEP:
+                self._stepped.add(event["run_id"])
+            elif (event.get("type") == RUN_FAILED and event.get("kind") == "error"
+                  and event["run_id"] not in self._stepped and not event.get("message", "").startswith("not run:")):
+                self._setup_failures.append(event.get("message", ""))
+                if self._setup_failures.count(self._setup_failures[-1]) >= 2:
+                    self.same_failure = self._setup_failures[-1]
             self.log.append(event)
             self.measured.observe(event)
             if self.on_event is not None:

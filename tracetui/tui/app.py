@@ -417,6 +417,9 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         if sweep.log.incomplete:
             say(f"tracetui: error: {sweep.log.incomplete_message()}")
             code = code or EXIT_INCOMPLETE
+        if getattr(sweep, "same_failure", None):
+            say(f"tracetui: error: every run fails the same way before its first step: {sweep.same_failure}")
+            code = code or 2
         return code or 0
     finally:
         signals.release()

@@ -593,7 +593,8 @@ def _add_loss_check(rows: list[dict]) -> None:
 
 #: what a run's result depends on besides its settings: a change between runs of one sweep
 #: makes their times incomparable
-_ENV_KEYS = ("host", "gpu_name", "driver", "torch", "transformers", "trl", "peft", "cpu_count")
+_ENV_KEYS = ("host", "gpu_name", "driver", "cuda", "python", "torch", "transformers", "trl", "peft", "accelerate",
+             "cpu_count")
 
 
 def _add_environment_changes(rows: list[dict], groups: dict[tuple, list[RunData]]) -> None:

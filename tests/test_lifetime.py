@@ -373,3 +373,24 @@ def test_sigterm_while_the_worker_imports_trl_is_interrupted(tmp_path):
     assert [(e["kind"], e["message"]) for e in failed] == [("interrupted", "stopped by the sweep")]
     assert read_csv(out)[0]["status"] == "interrupted"
     assert "Failed to import" not in err
+
+
+def test_watch_export_stops_and_writes_on_an_ssh_drop(tmp_path):
+    """`tracetui watch --export csv` stops on SIGHUP as on Ctrl-C: the summary is written."""
+    import signal as sig
+    import subprocess as sp
+    import sys as _sys
+
+    out = tmp_path / "w.csv"
+    proc = sp.Popen([_sys.executable, "-m", "tracetui", "watch", "--export", "csv", "-o", str(out),
+                     "--socket", str(tmp_path / "w.sock"), "--runs-dir", str(tmp_path / "runs")],
+                    stderr=sp.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()  # blocks until watch says it is listening
+        assert "watching" in line, line
+        proc.send_signal(sig.SIGHUP)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and out.exists()

@@ -88,12 +88,11 @@ def _watch_parser() -> _Parser:
 
 
 def watch_main(argv: list[str]) -> int:
-    import signal
     import threading
 
     from .analysis import Results
     from .attach import ListenerError, SocketListener, default_socket_path
-    from .cli import progress_printer
+    from .cli import StopSignals, progress_printer, say
     from .runner.sweep import new_sweep_id
     from .store import EventLog
 
@@ -116,20 +115,21 @@ def watch_main(argv: list[str]) -> int:
         listener = SocketListener(path, on_event).start()
     except ListenerError as exc:
         raise UsageError(str(exc)) from None
-    sys.stderr.write(f"tracetui: watching {path}; events -> {log.path}; Ctrl-C to stop and write the summary\n")
     done = threading.Event()
-    old = {s: signal.signal(s, lambda *_: done.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = StopSignals(stop=done.set)  # Ctrl-C, SIGTERM or an SSH drop (SIGHUP): stop and write
+    sys.stderr.write(f"tracetui: watching {path}; events -> {log.path}; Ctrl-C to stop and write the summary\n")
     try:
-        while not done.wait(0.5):
-            pass
+        try:
+            while not done.wait(0.5):
+                pass
+        finally:
+            listener.close()
+            log.close()
+        if listener.dropped_total:
+            say(f"tracetui: {listener.describe_drops()}")
+        return write_and_report(results, ns, str(log.path), log)
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        listener.close()
-        log.close()
-    if listener.dropped_total:
-        sys.stderr.write(f"tracetui: {listener.describe_drops()}\n")
-    return write_and_report(results, ns, str(log.path), log)
+        signals.release()
 
 
 def _sweep_parser() -> _Parser:

@@ -441,16 +441,12 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         cfg = runs[0].started.get("config") or {}
         row["memory_limit_gib"] = cfg.get("memory_limit")
         row["energy_j_per_step"] = _energy_per_step(runs, row.get("step_ms_median"))
-        # a loss that went NaN or infinite is null in a log (JSON has no NaN), flagged apart
-        def curve_of(run: RunData) -> dict:
-            return {s["step"]: (s["loss"] if s.get("loss") is not None else math.nan) for s in run.steps
-                    if (s.get("loss") is not None or s.get("loss_finite") is False) and s.get("rank", 0) == 0}
-        with_loss = [r for r in runs if curve_of(r)]
+        with_loss = [r for r in runs if _loss_curve(r)]
         source = ([r for r in with_loss if r.status == "ok"] or with_loss or [None])[-1]
-        curve = curve_of(source) if source is not None else {}
+        curve = _loss_curve(source) if source is not None else {}
         row["final_loss"] = curve[max(curve)] if curve else None
         row["loss_curve"] = curve
-        bad_steps = [k for r in with_loss for k, v in curve_of(r).items() if not math.isfinite(v)]
+        bad_steps = [k for r in with_loss for k, v in _loss_curve(r).items() if not math.isfinite(v)]
         row["loss_finite"] = not bad_steps
         if bad_steps:
             bad = min(bad_steps)
@@ -478,6 +474,13 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         for k in ("loss_curve", "_mu", "_k", "_var", "_df"):
             row.pop(k, None)
     return rows
+
+
+def _loss_curve(run: RunData) -> dict[int, float]:
+    """Rank 0's loss per step; a loss that went NaN or infinite is null in a log (JSON has no
+    NaN) and flagged apart, and comes back here as NaN."""
+    return {s["step"]: (s["loss"] if s.get("loss") is not None else math.nan) for s in run.steps
+            if (s.get("loss") is not None or s.get("loss_finite") is False) and s.get("rank", 0) == 0}
 
 
 def _add_ranks(row: dict, runs: list[RunData]) -> None:
@@ -648,7 +651,7 @@ def _add_settings(row: dict, runs: list[RunData]) -> None:
     have = [r.settings for r in runs if r.settings]
     first = have[0] if have else {}
     for name in SETTING_COLUMNS:
-        row[name] = first.get(name)
+        row[name] = first.get(name, row.get(name))  # a log without read-back keeps what it had
     row["settings"] = first
     differ = sorted({k for s in have[1:] for k in SETTING_COLUMNS if s.get(k) != first.get(k)})
     if differ:

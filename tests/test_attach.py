@@ -191,7 +191,8 @@ def test_stale_socket_replaced_live_one_not_stolen(tmp_path):
     try:
         with pytest.raises(ListenerError, match="another tracetui watch is listening"):
             SocketListener(path, lambda e: None)
-        proc = run_cli("watch", "--socket", path, "--export", "csv")
+        proc = run_cli("watch", "--socket", path, "--export", "csv", "--runs-dir", tmp_path / "runs")
         assert proc.returncode == 2 and "another tracetui watch is listening" in proc.stderr
+        assert not list((tmp_path / "runs").glob("*"))  # a refused watch leaves nothing behind
     finally:
         first.close()

@@ -114,6 +114,7 @@ def watch_main(argv: list[str]) -> int:
     try:
         listener = SocketListener(path, on_event).start()
     except ListenerError as exc:
+        log.discard_if_empty()
         raise UsageError(str(exc)) from None
     done = threading.Event()
     signals = StopSignals(stop=done.set)  # Ctrl-C, SIGTERM or an SSH drop (SIGHUP): stop and write

@@ -113,6 +113,17 @@ class EventLog:
                 pass
             self._fd = None
 
+    def discard_if_empty(self) -> None:
+        """Close, and remove the file and its folder if nothing was ever written (a watch that
+        was refused leaves nothing behind)."""
+        self.close()
+        try:
+            if self.path.stat().st_size == 0:
+                self.path.unlink()
+                self.path.parent.rmdir()
+        except OSError:
+            pass
+
 
 @dataclass
 class ReadReport:

@@ -453,7 +453,7 @@ def run_watch(path: str, log, ns) -> int:
     except ListenerError as exc:
         why = str(exc)
     if why:
-        log.close()
+        log.discard_if_empty()
         return _refuse(why)
     source = WatchSource(path, log)
     app = TraceApp(source, out_path=ns.output or "tracetui_results.csv", subtitle=f"watching {path}",

@@ -777,7 +777,8 @@ def verdict(rows: list[dict]) -> str:
             lines.append(f"effective batch {eb}{where}: {why}")
             continue
         lo, hi = fastest.get("speedup_ci_low"), fastest.get("speedup_ci_high")
-        # "Faster" only when the median intervals do not overlap.
+        # "Faster" only when the speedup's interval excludes 1 (run level), or, with one run per
+        # split, when the two median intervals are apart.
         if fastest.get("ci_scope") == "runs" and slowest.get("ci_scope") == "runs":
             clear = lo is not None and lo > 1.0  # the speedup's interval excludes 1
         else:

@@ -236,9 +236,10 @@ def run_medians(runs: list[RunData]) -> list[float]:
 MIN_RUN_DF = 2
 
 
-def between_run_spread(groups: dict[tuple, list[RunData]]) -> dict[str, tuple[float, int]]:
-    """Per machine: the variance of log run medians about their split's mean, pooled over every
-    split with two or more runs, and its degrees of freedom.
+def between_run_spread(medians: dict[tuple, list[float]]) -> dict[str, tuple[float, int]]:
+    """Per machine: the variance of log run medians (``medians``: per split key, from
+    :func:`run_medians`) about their split's mean, pooled over every split with two or more
+    runs, and its degrees of freedom.
 
     Steps inside one process are close, fresh processes of one split are not (on an H200 host
     the same run's median was 288 ms in one process and 410 ms in the next). An interval from
@@ -246,8 +247,8 @@ def between_run_spread(groups: dict[tuple, list[RunData]]) -> dict[str, tuple[fl
     runs of one split alone cannot estimate it (a t interval on 1 degree of freedom is 13 times
     wider than its standard error), and runs of one sweep share the machine that causes it."""
     sums: dict[str, list[float]] = {}
-    for (machine, *_), runs in groups.items():
-        logs = [math.log(m) for m in run_medians(runs) if m > 0]
+    for (machine, *_), meds in medians.items():
+        logs = [math.log(m) for m in meds if m > 0]
         if len(logs) > 1:
             mu = sum(logs) / len(logs)
             acc = sums.setdefault(machine, [0.0, 0])
@@ -283,8 +284,6 @@ class RunData:
     finished: dict = field(default_factory=dict)
     #: what the trainer really ran with (rank 0's read-back)
     settings: dict = field(default_factory=dict)
-    #: how quiet the machine was over the measured steps (filled by :func:`summarise`)
-    quiet: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -373,7 +372,8 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         groups.setdefault(key, []).append(run)
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
-    spread = between_run_spread(groups)
+    medians = {key: run_medians(runs) for key, runs in groups.items()}
+    spread = between_run_spread(medians)
     for key, runs in groups.items():
         machine, eb, mb, ga, ws = key
         measured = [s for r in runs for s in r.measured()]
@@ -397,7 +397,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             row["step_ms_p10"] = quantile(walls, 0.1)
             row["step_ms_p90"] = quantile(walls, 0.9)
             per_run = [[s["wall_ms"] for s in r.measured()] for r in runs if r.measured()]
-            meds = run_medians(runs)
+            meds = medians[key]
             if machine in spread:
                 # Run level: the median step of a typical fresh process, with an interval from
                 # the spread between processes (t on the pooled degrees of freedom).
@@ -660,17 +660,16 @@ def _add_settings(row: dict, runs: list[RunData]) -> None:
 
 def _add_quiet(row: dict, runs: list[RunData]) -> None:
     """How quiet the machine was for each run of this split, and why a run counts as busy."""
-    busy = []
+    busy, others = [], []
     for r in runs:
         given = r.finished.get("quiet")
         picture = dict(given) if isinstance(given, dict) else {}
         picture.update(gpu_picture(_window_gpu(r, r.measured())))
-        r.quiet = picture
         why = judge(picture)
         if why:
             busy.append(f"{r.run_id.rsplit('/', 1)[-1]}: {why}")
-    others = [r.quiet.get("other_cpu_cores") for r in runs]
-    others = [x for x in others if isinstance(x, (int, float))]
+        if isinstance(picture.get("other_cpu_cores"), (int, float)):
+            others.append(picture["other_cpu_cores"])
     row["other_cpu_cores"] = max(others) if others else None
     row["busy"] = "; ".join(busy) or None
 

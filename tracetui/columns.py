@@ -176,8 +176,8 @@ def table_context(rows: list[dict]) -> dict:
 
 
 def check_rows(rows: list[dict]) -> list[str]:
-    """Keys of the summary rows that no column declares, and declared CSV keys that no row has
-    (when a full row is given): a misspelt key shows up here instead of as an empty cell."""
+    """Keys of the summary rows that no column declares: a misspelt key shows up here instead
+    of as an empty cell."""
     declared = set(CSV_KEYS)
     extra = sorted({k for r in rows for k in r} - declared - _INTERNAL)
     return extra

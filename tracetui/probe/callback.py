@@ -242,6 +242,8 @@ class Probe(TrainerCallback):
         self.settings = read_back(args, model, kwargs.get("optimizer"))
         if self.announce_settings:
             self.emit(self.settings_event())
+        if self.warmup == 0:
+            self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
 
     def settings_event(self) -> dict:
         return make(RUN_SETTINGS, self.run_id, rank=self.rank, settings=self.settings)
@@ -251,8 +253,6 @@ class Probe(TrainerCallback):
             return
         if self._last_end is None:
             self._last_end = self.clock.mark("start")
-        if self._step == self.warmup and self._quiet_start is None:
-            self._quiet_start = quiet.snapshot()  # the first measured step begins
         self._mark("step_begin")
 
     def on_substep_end(self, args, state, control, **kwargs):
@@ -301,6 +301,10 @@ class Probe(TrainerCallback):
         if self.cuda:
             peak = torch.cuda.max_memory_allocated(self.device) / 2**30
             torch.cuda.reset_peak_memory_stats(self.device)
+        if self._step == self.warmup:
+            # the last warm-up step: the machine's picture starts here, inside a step that is
+            # not counted (a /proc scan in a measured step would be charged to it)
+            self._quiet_start = quiet.snapshot()
         with self._lock:
             end = self.clock.mark("end")
             marks = [self._last_end] + self._marks + [end]

@@ -8,26 +8,32 @@ import os
 from typing import Any
 
 
+LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate")
+
+
+def library_versions() -> dict[str, str]:
+    """The versions of the libraries a run trains with (those installed)."""
+    import importlib
+
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except ImportError:
+            continue
+    return out
+
+
 def environment(device: str) -> dict[str, Any]:
     """What a result depends on besides the split: GPU, driver, library versions."""
     import platform
 
-    import peft
     import torch
-    import transformers
-    import trl
 
     env: dict[str, Any] = {
         "device": device, "python": platform.python_version(), "host": platform.node(),
-        "cpu_count": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "trl": trl.__version__, "peft": peft.__version__,
+        "cpu_count": os.cpu_count(), **library_versions(),
     }
-    try:
-        import accelerate
-
-        env["accelerate"] = accelerate.__version__
-    except ImportError:
-        pass
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
         env.update(gpu_name=props.name, gpu_total_gib=props.total_memory / 2**30,

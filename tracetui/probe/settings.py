@@ -13,6 +13,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from .environment import library_versions
+
 #: the read-back settings shown as columns (CSV/JSON) and in the monitor's header, in order
 SETTING_COLUMNS = (
     "activation_checkpointing", "precision_used", "attn_implementation", "optimizer", "loss_type",
@@ -27,18 +29,6 @@ def _arg(args: Any, *names: str, default: Any = None) -> Any:
         if hasattr(args, name):
             return getattr(args, name)
     return default
-
-
-def _versions() -> str:
-    import importlib
-
-    parts = []
-    for mod in ("torch", "transformers", "trl", "peft", "accelerate"):
-        try:
-            parts.append(f"{mod} {importlib.import_module(mod).__version__}")
-        except Exception:  # noqa: BLE001 - a library not installed is simply not listed
-            continue
-    return " / ".join(parts)
 
 
 def _checkpointing(model: Any) -> bool | None:
@@ -119,7 +109,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "lr_scheduler_type": _arg(args, "lr_scheduler_type"),
         "max_grad_norm": _arg(args, "max_grad_norm"),
         "seed": _arg(args, "seed"),
-        "versions": _versions(),
+        "versions": " / ".join(f"{k} {v}" for k, v in library_versions().items()),
     }
     for key, value in list(out.items()):  # enums and other objects as their plain names
         if isinstance(value, enum.Enum):

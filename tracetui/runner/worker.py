@@ -331,6 +331,8 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             emit(make(RUN_SETTINGS, run_id, rank=0, settings=read_back(args, model, kwargs.get("optimizer"))))
+            if warmup == 0:
+                self._quiet_start = quiet.snapshot()
 
         def on_train_end(self, args, state, control, **kwargs):
             if self._quiet_start is not None:
@@ -339,10 +341,10 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
         def on_step_begin(self, args, state, control, **kwargs):
             if self.last is None:
                 self.last = time.perf_counter()
-            if self.n == warmup and self._quiet_start is None:
-                self._quiet_start = quiet.snapshot()
 
         def on_step_end(self, args, state, control, **kwargs):
+            if self.n + 1 == warmup:  # the last warm-up step (not counted) takes the /proc scan
+                self._quiet_start = quiet.snapshot()
             now = time.perf_counter()
             self.n += 1
             wall = (now - self.last) * 1000.0

@@ -36,10 +36,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
-def _out_args(p: argparse.ArgumentParser, default_out: str = "tracetui_results.csv") -> None:
+def _out_args(p: argparse.ArgumentParser, default_out: str = "beside the events") -> None:
     g = p.add_argument_group("output")
     g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
-    g.add_argument("-o", "--output", default=None, help=f"summary path (default {default_out}, or .json; - for stdout)")
+    g.add_argument("-o", "--output", default=None,
+                   help=f"summary path (default: {default_out}, named after the sweep; - for stdout); "
+                        "a file already there is refused unless --force")
+    g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv file")
     g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
     g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
     g.add_argument("--project-steps", type=int, default=None, metavar="N",
@@ -168,10 +171,41 @@ def release_outputs() -> None:
         del _held_locks[key]
 
 
+def default_output(events_path, fmt: str = "csv") -> str:
+    """Where a summary goes when no ``-o`` is given: beside the events it summarises, named after
+    their sweep (``tracetui_runs/20261130-052808-0bb8/20261130-052808-0bb8.csv``), so no sweep's
+    summary ever replaces another's."""
+    p = Path(events_path)
+    stem = p.name
+    for ext in (".gz", ".jsonl", ".json"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+    name = p.parent.name if stem == "events" and p.parent.name else stem
+    return str(p.parent / f"{name}.{fmt}")
+
+
+def _fmt(ns) -> str:
+    out = getattr(ns, "output", None) or ""
+    return ns.export or ("json" if out.endswith(".json") else "csv")
+
+
 def _default_out(ns) -> str:
+    """The summary's path: ``-o``, else the one beside the events (set once the sweep has its
+    folder: ``ns.default_output``)."""
     if ns.output:
         return ns.output
-    return "tracetui_results.json" if ns.export == "json" else "tracetui_results.csv"
+    return getattr(ns, "default_output", None) or ("tracetui_results.json" if ns.export == "json"
+                                                   else "tracetui_results.csv")
+
+
+def _check_new(path: str | None, flag: str, force: bool) -> None:
+    """Refuse an explicit output that is already there (a summary of an earlier sweep, a file of
+    the user's) unless ``--force``: results are never replaced silently."""
+    if not path or path == "-" or force:
+        return
+    p = Path(path)
+    if p.is_file() and p.stat().st_size > 0:
+        raise ConfigError(flag, f"{path} already exists", "give another path, or add --force to replace it")
 
 
 def _check_writable(path: str, flag: str) -> None:
@@ -201,22 +235,28 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         raise ConfigError("--runs-dir", f"{cfg.runs_dir} is not writable", "choose a writable folder")
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
-    if getattr(ns, "export", None):
-        _check_writable(_default_out(ns), "--output")
+    if getattr(ns, "output", None):
+        _check_writable(ns.output, "--output")
     if getattr(ns, "steps_csv", None):
         _check_writable(ns.steps_csv, "--steps-csv")
     if deep:
         validate_deep(cfg)
     if not getattr(ns, "dry_run", False):
-        # Last, once nothing else can refuse the run: held until the process ends.
+        # Last, once nothing else can refuse the run: held until the process ends. Only an
+        # explicit path can be shared: the default is the sweep's own (see default_output).
         if not _held_locks:
             import atexit
 
             atexit.register(release_outputs)
-        lock_output(_default_out(ns) if getattr(ns, "export", None) else (ns.output or "tracetui_results.csv"),
-                    "--output")
-        if getattr(ns, "steps_csv", None):
-            lock_output(ns.steps_csv, "--steps-csv")
+        for path, flag in ((getattr(ns, "output", None), "--output"), (getattr(ns, "steps_csv", None), "--steps-csv")):
+            if path:
+                lock_output(path, flag)
+        try:  # after the lock, so that a sweep still writing it is named as such
+            _check_new(getattr(ns, "output", None), "--output", getattr(ns, "force", False))
+            _check_new(getattr(ns, "steps_csv", None), "--steps-csv", getattr(ns, "force", False))
+        except ConfigError:
+            release_outputs()
+            raise
     return cfg, splits
 
 
@@ -293,7 +333,7 @@ def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str 
     the results stay in the JSONL either way."""
     from .export import export, steps_csv, write_text
 
-    out = _default_out(ns) if getattr(ns, "export", None) else (ns.output or "tracetui_results.csv")
+    out = _default_out(ns)
     fmt = ns.export or ("json" if out.endswith(".json") else "csv")
     try:
         rows = export(results, fmt, out, getattr(ns, "project_steps", None))
@@ -307,6 +347,26 @@ def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str 
     return rows, None
 
 
+def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: bool = False,
+                incomplete: bool = False, write_error: bool = False, same_failure: str | None = None,
+                need_ok: bool = True) -> int:
+    """The exit status of a sweep, one rule for headless and the monitor: 2 when every run failed
+    the same way before its first step (the settings), 128 + the signal when interrupted, 3 when
+    events could not be written, 1 when the summary could not be written or no split finished
+    (``need_ok``: a sweep; a replay or a watch has nothing to finish), else 0."""
+    if same_failure and not signum:
+        return EXIT_USAGE
+    if interrupted or signum:
+        return 128 + (signum or signal.SIGINT)
+    if incomplete:
+        return EXIT_INCOMPLETE
+    if write_error:
+        return EXIT_NONE_OK
+    if need_ok and not any(r.get("status") == "ok" for r in rows):
+        return EXIT_NONE_OK
+    return EXIT_OK
+
+
 def write_and_report(results, ns, log_path: str | None, log=None) -> int:
     """Write the outputs, say the verdict and the advice on stderr; the exit status for it.
     ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
@@ -318,10 +378,10 @@ def write_and_report(results, ns, log_path: str | None, log=None) -> int:
     for line in (verdict(rows), recommendation(rows), scope_note(rows)):
         if line:
             say(f"tracetui: {line}")
-    if log is not None and log.incomplete:
+    incomplete = log is not None and log.incomplete
+    if incomplete:
         say(f"tracetui: error: {log.incomplete_message()}")
-        return EXIT_INCOMPLETE
-    return EXIT_NONE_OK if err else EXIT_OK
+    return exit_status(rows, incomplete=incomplete, write_error=bool(err), need_ok=False)
 
 
 def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
@@ -353,6 +413,7 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         sweep = Sweep(cfg, splits)
         signals.stop = sweep.stop
     sweep.on_event = on_event
+    ns.default_output = default_output(sweep.log.path, _fmt(ns))
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
     say(f"tracetui: {len(sweep.plan)} run(s); events -> {sweep.log.path}")
@@ -365,6 +426,8 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     rows, err = finish_outputs(results, ns, str(sweep.log.path))
     if err:
         say(f"tracetui: error: {err}")
+    elif _default_out(ns) != "-":
+        say(f"tracetui: summary in {_default_out(ns)}")
     line = verdict(rows)
     if line:
         say(f"tracetui: {line}")
@@ -379,16 +442,26 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
             f"not a split: {same}; the rest were not run")
         return EXIT_USAGE
     if sweep.interrupted or signals.signum:
-        done = [r["split"] for r in rows if r["status"] == "ok"]
+        done = [r.get("trial") or r["split"] for r in rows if r["status"] == "ok"]
         say(f"tracetui: interrupted by {signals.name or 'a stop request'}; "
             f"finished splits: {', '.join(done) or 'none'}; every measured step is in {sweep.log.path}")
-        return 128 + (signals.signum or signal.SIGINT)
-    if sweep.log.incomplete:
-        return EXIT_INCOMPLETE
-    if err:
-        return EXIT_NONE_OK
-    ok = any(r["status"] == "ok" for r in rows)
-    return EXIT_OK if ok else EXIT_NONE_OK
+    elif not err and not sweep.log.incomplete and not any(r["status"] == "ok" for r in rows):
+        say(f"tracetui: error: {no_split_finished(results)}")
+    return exit_status(rows, signum=signals.signum, interrupted=sweep.interrupted,
+                       incomplete=sweep.log.incomplete, write_error=bool(err))
+
+
+def no_split_finished(results) -> str:
+    """One line: nothing could be measured, and why (the first failure's reason)."""
+    failed = [r for r in results.runs.values() if r.status not in ("ok", "queued", "warming up", "running")]
+    if not failed:
+        return "no split finished"
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kinds[r.status] = kinds.get(r.status, 0) + 1
+    first = failed[0]
+    return (f"no split finished: {len(failed)} run(s) failed ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+            f"{first.label if first.started else first.run_id.rsplit('/', 1)[-1]}: {first.message or first.status}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .cli import EXIT_NONE_OK, UsageError, _out_args, _Parser, write_and_report
+from .config import ConfigError
 
 
 def _show_parser() -> _Parser:
@@ -54,6 +55,18 @@ def _unreadable(path: str) -> str | None:
     return None
 
 
+def _check_output(path: str, force: bool, hint: str = "") -> None:
+    """Refuse, with one line, a summary path that cannot be written or is already there
+    (unless ``--force``)."""
+    from .cli import _check_new, _check_writable
+
+    try:
+        _check_writable(path, "--output")
+        _check_new(path, "--output", force)
+    except ConfigError as exc:
+        raise UsageError(f"{exc}{hint}") from None
+
+
 def show_main(argv: list[str]) -> int:
     from .analysis import Results
     from .store import read_events
@@ -63,6 +76,14 @@ def show_main(argv: list[str]) -> int:
         why = _unreadable(f)
         if why:
             raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
+    from .cli import _fmt, default_output
+
+    if ns.export and not ns.output:
+        # beside the (first) log, named after its sweep; refused if a summary is already there
+        ns.default_output = default_output(ns.files[0], _fmt(ns))
+        _check_output(ns.default_output, ns.force, "; or give -o PATH")
+    elif ns.output:
+        _check_output(ns.output, ns.force)
     report = read_events(ns.files)
     if report.skipped:
         sys.stderr.write(f"tracetui: {report.summary()}\n")
@@ -96,9 +117,14 @@ def watch_main(argv: list[str]) -> int:
     from .runner.sweep import new_sweep_id
     from .store import EventLog
 
+    from .cli import _fmt, default_output
+
     ns = _watch_parser().parse_args(argv)
+    if ns.output:
+        _check_output(ns.output, ns.force)
     path = ns.socket or default_socket_path()
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
+    ns.default_output = default_output(log.path, _fmt(ns))
     if not ns.export:
         from .tui.app import run_watch
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
@@ -21,7 +22,9 @@ from ..analysis import Results, summarise
 from ..probe.settings import describe
 from ..config import parse_split
 from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
-from .widgets import phase_legend, GpuChart, GpuStatus, PhaseChart, RunList, StepChart, SummaryTable, ThroughputChart, Verdict
+from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, PhaseChart, RunList, Stage, StatusLine,
+                      StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, phase_legend, row_of,
+                      run_name)
 
 REFRESH_HZ = 4.0
 #: the monitor's own CPU, in cores, above which it redraws less often: it shares the machine with
@@ -50,7 +53,7 @@ class CpuMeter:
 
 
 class HelpScreen(ModalScreen):
-    """The keys, built from the app's bindings."""
+    """The keys, built from the app's bindings, and what the bound labels mean."""
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
@@ -59,9 +62,14 @@ class HelpScreen(ModalScreen):
         for b in self.app.BINDINGS:
             if isinstance(b, Binding) and b.show:
                 lines.append(f"  [b]{b.key_display or b.key:>6}[/b]  {b.description}")
-        lines += ["  [b]ctrl+p[/b]  command palette", "", "Arrows move the run list cursor (for [b]r[/b]).",
-                  "Tabs: phases, step time, throughput, GPU.", "", "escape closes this screen"]
-        with Vertical(id="help"):
+        lines += ["  [b]ctrl+p[/b]  command palette", "",
+                  "Arrows move the run list cursor: the detail pane and the timeline show that trial.",
+                  "Tabs: detail, timeline, phases, step time, throughput, GPU.", "",
+                  "[b]What bounds a trial[/b] (the bound column)"]
+        for name, words in BOUNDS.items():
+            lines.append(f"  [b]{name}[/b]: {words}")
+        lines += ["", "escape closes this screen"]
+        with VerticalScroll(id="help"):
             yield Static("\n".join(lines))
 
 
@@ -70,28 +78,38 @@ class TraceApp(App):
 
     TITLE = "tracetui"
     CSS_PATH = "tracetui.tcss"
+    #: below 100 columns the run list narrows and the charts give way to the table
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
     BINDINGS = [
         Binding("q", "quit_app", "Quit", id="quit"),
         Binding("e", "export", "Export CSV", id="export"),
         Binding("s", "screenshot", "Screenshot", id="screenshot"),
         Binding("r", "rerun", "Run again", id="rerun"),
+        Binding("c", "compare", "Compare", id="compare"),
+        Binding("t", "timeline", "Timeline", id="timeline"),
         Binding("question_mark", "help", "Help", key_display="?", id="help"),
     ]
 
     def __init__(self, source: Source, out_path: str = "tracetui_results.csv", screenshot_dir: str = ".",
                  planned: list[tuple[str, str]] | None = None, subtitle: str = "", note: str = "",
-                 project_steps: int | None = None):
+                 project_steps: int | None = None, force: bool = False, idle: str = ""):
         super().__init__()
         self.source = source
         self.inbox = Inbox()
         self.results = Results()
         self.rows: list[dict] = []
         self.out_path = out_path
+        #: an existing file at ``out_path`` that this monitor did not write is replaced only when forced
+        self.force = force
+        self._wrote: set[str] = set()
         self.screenshot_dir = screenshot_dir
         self.planned = planned or []
         self.sub_title = subtitle
         self.base_subtitle = subtitle
         self.note = note
+        #: what the screen says while nothing has arrived (watch: how to connect)
+        self.idle = idle or "waiting for the first measured steps ..."
         self.project_steps = project_steps
         self.events_applied = 0
         self.exit_code = 0
@@ -103,18 +121,28 @@ class TraceApp(App):
         self.cpu = CpuMeter()
         self._quitting = False
         self._focus_run: str | None = None
+        #: the run whose trial is stacked under the selected one on the timeline (``c``)
+        self.compare_run: str | None = None
+        #: what each run said it was doing before its first step (``run_stage`` events)
+        self.stages: dict[str, Stage] = {}
+        #: every notice shown on the status line, oldest first
+        self.notices: list[tuple[str, str]] = []
         #: a stop signal (SIGTERM, SIGHUP, SIGINT) caught by :func:`run_app`; the timer acts on it
         self.signalled: int | None = None
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Verdict("waiting for the first measured steps ...", id="verdict")
+        yield Verdict(self.idle, id="verdict")
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield RunList(id="runs")
                 yield GpuStatus(id="gpu-status")
             with TabbedContent(id="charts"):
+                with TabPane("Detail", id="tab-detail"):
+                    yield DetailPane(id="detail")
+                with TabPane("Timeline", id="tab-timeline"):
+                    yield Timeline(id="timeline")
                 with TabPane("Phases", id="tab-phases"):
                     yield Static(phase_legend(), id="legend")
                     yield PhaseChart(id="phases")
@@ -124,25 +152,42 @@ class TraceApp(App):
                     yield ThroughputChart(id="throughput")
                 with TabPane("GPU", id="tab-gpu"):
                     yield GpuChart(id="gpu")
+        yield Failures(id="failures")
         yield SummaryTable(id="summary")
+        yield StatusLine(id="status")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one(Failures).display = False
         self.source.start(self.inbox)
         self.apply_events()
         self.redraw()
         self.set_interval(1.0 / REFRESH_HZ, self._tick)
         if self.note:
-            self.notify(self.note, severity="warning", timeout=8)
+            self.say(self.note, "warning")
+
+    def say(self, message: str, severity: str = "information") -> None:
+        """A notice on the status line (never a toast over the table)."""
+        self.notices.append((severity, message))
+        try:
+            self.query_one(StatusLine).say(message, severity)
+        except Exception:  # noqa: BLE001 - before the screen is up, or after it is gone
+            pass
 
     # ---- events -> screen ---------------------------------------------------------------------
     def apply_events(self) -> int:
         events = self.inbox.drain()
         for e in events:
+            if e["type"] == "run_stage":
+                # before the first step: what the trial's process is doing, and since when
+                self.stages[e["run_id"]] = Stage(str(e.get("stage") or "starting"),
+                                                 float(e.get("elapsed_s") or 0.0), time.monotonic())
+                if self._focus_run is None or self._focus_run not in self.results.runs:
+                    self._focus_run = e["run_id"]
             run = self.results.add(e)
             if e["type"] == "run_started" and not self._warned_cpu:
                 self._warn_shared_cpu(e.get("env") or {})
-            if e["type"] == "run_settings":
+            if e["type"] in ("run_settings", "run_started"):
                 self._show_settings()
             if e["type"] in ("run_started", "step") and run.status in ("warming up", "running"):
                 self._focus_run = run.run_id
@@ -152,11 +197,21 @@ class TraceApp(App):
         return len(events)
 
     def _show_settings(self) -> None:
-        """The header says what the trainers really run with (read back from them), or that
-        the runs differ."""
-        lines = {describe(r.settings) for r in self.results.runs.values() if r.settings}
-        line = lines.pop() if len(lines) == 1 else "runs differ in their settings (see the table)" if lines else ""
-        self.sub_title = " · ".join(x for x in (self.base_subtitle, line) if x)
+        """The header says what the trainers really run with (read back from them: in
+        ``sweep -- script`` mode the script's own steps and length), or that the runs differ."""
+        runs = [r for r in self.results.runs.values() if r.started]
+        lines = {describe(r.settings) for r in runs if r.settings}
+        line = lines.pop() if len(lines) == 1 else "runs differ in their settings (see the detail pane)" if lines else ""
+        own = []
+        steps = {r.started.get("max_steps") or (r.started.get("config") or {}).get("steps") for r in runs}
+        steps.discard(None)
+        if self.base_subtitle.startswith("script") and len(steps) == 1:
+            own.append(f"{steps.pop()} steps")
+        lengths = {r.settings.get("max_length") for r in runs if r.settings}
+        lengths.discard(None)
+        if self.base_subtitle.startswith("script") and len(lengths) == 1:
+            own.append(f"max_length {lengths.pop()}")
+        self.sub_title = " · ".join(x for x in (self.base_subtitle, *own, line) if x)
 
     def _warn_shared_cpu(self, env: dict) -> None:
         """Training on a CPU of few cores beside the monitor is slowed by it, unevenly across
@@ -164,8 +219,8 @@ class TraceApp(App):
         cores = env.get("cpu_count") or 0
         if self.source.live and env.get("device") == "cpu" and 0 < cores <= SHARED_CPU_CORES:
             self._warned_cpu = True
-            self.notify(f"training shares this machine's {cores} CPU cores with the monitor, which slows it: "
-                        "for figures, run headless (tracetui --export csv)", severity="warning", timeout=15)
+            self.say(f"training shares this machine's {cores} CPU cores with the monitor, which slows it: "
+                     "for figures, run headless (tracetui --export csv)", "warning")
 
     def _tick(self) -> None:
         if self.signalled and not self._quitting:
@@ -173,6 +228,8 @@ class TraceApp(App):
         self.apply_events()
         if isinstance(self.source, WatchSource):
             self.sub_title = self.source.describe()
+        if self.stages and self.source.live:
+            self._dirty = True  # the stage's elapsed time counts on
         busy = self.cpu.share()
         # Held back only while training runs: the last events (the verdict) are drawn at once.
         if self._dirty and (busy < CPU_BUDGET or time.monotonic() - self._last_redraw >= MAX_STALE_S
@@ -184,6 +241,21 @@ class TraceApp(App):
             return self.results.runs[self._focus_run]
         runs = [r for r in self.results.runs.values() if r.steps]
         return runs[-1] if runs else None
+
+    def _label_of(self, run) -> str:
+        from .widgets import multi_machine
+
+        return run_name(run.run_id, run, multi_machine(self.results)) if run is not None else ""
+
+    def _lanes(self, run) -> list[Lane]:
+        """The selected run's median step, and the compared one's under it."""
+        lanes = []
+        others = [self.results.runs.get(self.compare_run)] if self.compare_run else []
+        for r in [run, *others]:
+            step, warm = median_step(r)
+            if step is not None and not any(l.name == self._label_of(r) for l in lanes):
+                lanes.append(Lane(self._label_of(r), step, warm, row_of(r, self.rows)))
+        return lanes
 
     def redraw(self) -> None:
         self._dirty = False
@@ -199,13 +271,24 @@ class TraceApp(App):
         else:
             self._dirty = True  # the table still owes an update
         run = self.focus_run()
+        name = self._label_of(run)
         with self.batch_update():
-            self.query_one(RunList).update_from(self.results, self.planned)
+            runs = self.query_one(RunList)
+            runs.update_from(self.results, self.planned, self.stages, live=self.source.live)
+            if not runs.user_moved and run is not None and run.run_id in runs.rows:
+                # the cursor follows the running trial until the user moves it
+                index = runs.get_row_index(run.run_id)
+                if runs.cursor_row != index:
+                    runs.move_cursor(row=index, animate=False)
             self.query_one(GpuStatus).update_from(run, self.results)
-            self.query_one(StepChart).update_from(run)
-            self.query_one(GpuChart).update_from(run)
+            self.query_one(StepChart).update_from(run, name)
+            self.query_one(GpuChart).update_from(run, name)
+            self.query_one(Failures).update_from(self.results)
+            self.query_one(DetailPane).show(row_of(run, self.rows), run, self.rows, self.results, name,
+                                            empty=self.idle)
+            self.query_one(Timeline).show(self._lanes(run))
             if fresh:
-                self.query_one(Verdict).update_from(self.rows, "waiting for the first measured steps ...")
+                self.query_one(Verdict).update_from(self.rows, self.idle, self.results, self.source.live)
                 self.query_one(PhaseChart).update_from(self.rows)
                 self.query_one(ThroughputChart).update_from(self.rows)
                 self.query_one(SummaryTable).update_from(self.rows)
@@ -213,60 +296,89 @@ class TraceApp(App):
     @on(RunList.RowHighlighted, "#runs")
     def _pick_run(self, event: RunList.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
-        if self.query_one(RunList).user_moved and key in self.results.runs:
+        if self.query_one(RunList).user_moved and key in self.results.runs and key != self._focus_run:
             self._focus_run = key
-            self._dirty = True
+            self.redraw()  # the user's move is answered at once, not on the next tick
 
     # ---- actions --------------------------------------------------------------------------------
     def write_csv(self) -> str | None:
-        """Write the summary CSV; return an error line, or None."""
+        """Write the summary CSV; return an error line, or None. A file already there that this
+        monitor did not write is left alone unless it was started with ``--force``."""
+        import os
+
         from ..export import summary_csv, write_text
 
+        path = self.out_path
+        if (path != "-" and path not in self._wrote and not self.force and os.path.isfile(path)
+                and os.path.getsize(path) > 0):
+            return (f"{path} already exists and was not written by this sweep: not replaced "
+                    f"(start with -o OTHER.csv, or --force); events stay in {self.source.describe()}")
         try:
-            write_text(self.out_path, summary_csv(summarise(self.results, self.project_steps)))
+            write_text(path, summary_csv(summarise(self.results, self.project_steps)))
         except OSError as exc:
-            return f"cannot write {self.out_path} ({exc.strerror or exc}); events stay in {self.source.describe()}"
+            return f"cannot write {path} ({exc.strerror or exc}); events stay in {self.source.describe()}"
+        self._wrote.add(path)
         return None
 
     def action_export(self) -> None:
         self.apply_events()
         err = self.write_csv()
         if err:
-            self.notify(err, severity="error", timeout=10)
+            self.say(err, "error")
         else:
-            self.notify(f"wrote {self.out_path}")
+            self.say(f"wrote {self.out_path}")
 
     def action_screenshot(self) -> None:
         path = self.save_screenshot(path=self.screenshot_dir)
-        self.notify(f"saved {path}")
+        self.say(f"saved {path}")
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
+    def action_timeline(self) -> None:
+        self.query_one(TabbedContent).active = "tab-timeline"
+
+    def action_compare(self) -> None:
+        """Stack the selected trial's median step on the timeline under the next one selected
+        (``c`` again on the same run: stop comparing)."""
+        run = self.focus_run()
+        if run is None:
+            self.say("no run selected to compare", "warning")
+            return
+        if self.compare_run == run.run_id:
+            self.compare_run = None
+            self.say("timeline: comparison cleared")
+        else:
+            self.compare_run = run.run_id
+            self.say(f"timeline: {self._label_of(run)} stays stacked under the selected trial (c on it again clears)")
+        self.query_one(TabbedContent).active = "tab-timeline"
+        self._dirty = True
+        self.redraw()
+
     def action_rerun(self) -> None:
         table = self.query_one(RunList)
         if not self.source.can_rerun:
-            self.notify("this view replays saved events: nothing to run again", severity="warning")
+            self.say("this view replays saved events: nothing to run again", "warning")
             return
         if self.source.running():
-            self.notify("the sweep is still running: run a split again once it has finished", severity="warning")
+            self.say("the sweep is still running: run a split again once it has finished", "warning")
             return
         try:
             row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         except Exception:  # noqa: BLE001 - empty table
-            self.notify("no run selected", severity="warning")
+            self.say("no run selected", "warning")
             return
         label = (self.results.runs.get(row_key).label if row_key in self.results.runs
                  else dict(self.planned).get(row_key, ""))
         self.source.rerun(parse_split(label))
-        self.notify(f"running {label} again")
+        self.say(f"running {label} again")
 
     def action_quit_app(self) -> None:
         if self._quitting:
             return
         self._quitting = True
         if self.source.running():
-            self.notify("stopping the workers ...", timeout=15)
+            self.say("stopping the workers ...")
             self.quit_reason = "quit while the sweep was running"
             self.exit_code = 130
             self.source.stop()
@@ -298,12 +410,16 @@ class TraceApp(App):
 
     def _write_and_exit(self) -> None:
         self.apply_events()
+        self.rows = summarise(self.results, self.project_steps)
         if self.source.live:
             err = self.write_csv()
             if err:
                 self.quit_reason = (self.quit_reason + "; " if self.quit_reason else "") + err
-                self.exit_code = self.exit_code or 1
+                self.write_failed = True
         self.exit(return_code=self.exit_code)
+
+    #: the summary could not be written at the end (the exit status says so, as headless)
+    write_failed = False
 
 
 def no_terminal() -> str | None:
@@ -396,33 +512,53 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
             sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
         if signals.signum:
             sweep.stop()
-        out = ns.output or "tracetui_results.csv"
+        from ..cli import _fmt, default_output
+
+        out = ns.output or default_output(sweep.log.path, _fmt(ns))
         planned = [(s.run_id, s.label) for s in sweep.plan]
-        app = TraceApp(SweepSource(sweep), out_path=out, planned=planned,
-                       subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps", project_steps=ns.project_steps)
+        cmd = getattr(sweep, "cmd", None)
+        # a script's own settings come with its runs (run_started, run_settings), not tracetui's
+        subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
+                    else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
+        app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=subtitle,
+                       project_steps=ns.project_steps, force=getattr(ns, "force", False))
         app.signalled = signals.signum
         started = time.monotonic()
         _run_on_terminal(app)
         sweep.close()
-        code = app.return_code or app.exit_code
-        if signals.signum and not app.quit_reason:  # came as the app was closing
-            app.quit_reason, code = f"interrupted by {signals.name}", 128 + signals.signum
-        wrote = "" if app.quit_reason and "cannot write" in app.quit_reason else f"; summary in {out}"
-        if app.quit_reason:
-            done = [r["split"] for r in app.rows if r["status"] == "ok"]
-            say(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
-                f"every measured step is in {sweep.log.path}{wrote}")
-        else:
-            say(f"tracetui: events in {sweep.log.path}{wrote} ({time.monotonic() - started:.0f} s)")
-        if sweep.log.incomplete:
-            say(f"tracetui: error: {sweep.log.incomplete_message()}")
-            code = code or EXIT_INCOMPLETE
-        if getattr(sweep, "same_failure", None):
-            say(f"tracetui: error: every run fails the same way before its first step: {sweep.same_failure}")
-            code = code or 2
-        return code or 0
+        return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signals.signum, started)
     finally:
         signals.release()
+
+
+def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: int | None = None,
+                 started: float | None = None) -> int:
+    """Say where everything is once the monitor of a sweep has closed, and its exit status: the
+    same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
+    import signal as _signal
+
+    from ..cli import exit_status, no_split_finished, say
+
+    if signum and not app.quit_reason:  # came as the app was closing
+        app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
+        app.exit_code = 128 + signum
+    wrote = "" if app.write_failed else f"; summary in {app.out_path}"
+    took = f" ({time.monotonic() - started:.0f} s)" if started is not None else ""
+    if app.quit_reason:
+        done = [r.get("trial") or r["split"] for r in app.rows if r["status"] == "ok"]
+        say(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
+            f"every measured step is in {log.path}{wrote}")
+    else:
+        say(f"tracetui: events in {log.path}{wrote}{took}")
+    if log.incomplete:
+        say(f"tracetui: error: {log.incomplete_message()}")
+    interrupted = app.exit_code > 128
+    if same_failure and not signum:
+        say(f"tracetui: error: every run fails the same way before its first step: {same_failure}")
+    elif not interrupted and not any(r["status"] == "ok" for r in app.rows):
+        say(f"tracetui: error: {no_split_finished(app.results)}")
+    return exit_status(app.rows, signum=signum or (app.exit_code - 128 if interrupted else None),
+                       incomplete=log.incomplete, write_error=app.write_failed, same_failure=same_failure)
 
 
 def run_replay(events: list[dict], ns, skipped: str = "") -> int:
@@ -430,8 +566,11 @@ def run_replay(events: list[dict], ns, skipped: str = "") -> int:
     why = no_terminal()
     if why:
         return _refuse(why)
-    app = TraceApp(ReplaySource(events), out_path=ns.output or "tracetui_results.csv",
-                   subtitle="replay", note=skipped, project_steps=getattr(ns, "project_steps", None))
+    from ..cli import _fmt, default_output
+
+    app = TraceApp(ReplaySource(events), out_path=ns.output or default_output(ns.files[0], _fmt(ns)),
+                   subtitle="replay of " + ", ".join(Path(f).name for f in ns.files[:3]), note=skipped,
+                   project_steps=getattr(ns, "project_steps", None), force=getattr(ns, "force", False))
     signals = _quit_on_signals(app)
     try:
         _run_on_terminal(app)
@@ -455,15 +594,34 @@ def run_watch(path: str, log, ns) -> int:
     if why:
         log.discard_if_empty()
         return _refuse(why)
+    from ..cli import _fmt, default_output, exit_status
+
     source = WatchSource(path, log)
-    app = TraceApp(source, out_path=ns.output or "tracetui_results.csv", subtitle=f"watching {path}",
-                   project_steps=getattr(ns, "project_steps", None))
+    app = TraceApp(source, out_path=ns.output or default_output(log.path, _fmt(ns)), subtitle=f"watching {path}",
+                   project_steps=getattr(ns, "project_steps", None), force=getattr(ns, "force", False),
+                   idle=watch_idle(path))
     signals = _quit_on_signals(app)
     try:
         _run_on_terminal(app)
         log.close()
         err = app.write_csv()
         say(f"tracetui: error: {err}" if err else f"tracetui: events in {log.path}; summary in {app.out_path}")
-        return 128 + signals.signum if signals.signum else 0
+        if log.incomplete:
+            say(f"tracetui: error: {log.incomplete_message()}")
+        # as `watch --export`: a watch has no split to finish, so no run is no failure
+        return exit_status(app.rows, signum=signals.signum, incomplete=log.incomplete, write_error=bool(err),
+                           need_ok=False)
     finally:
         signals.release()
+
+
+def watch_idle(path: str) -> str:
+    """What the idle watch screen says: how to connect a training script to it."""
+    import os
+
+    from ..attach import default_socket_path
+
+    how = "" if path in (default_socket_path(), os.environ.get("TRACETUI_SOCKET")) else f" (set TRACETUI_SOCKET={path} in its environment)"
+    return (f"waiting for a training script on {path}{how}. In the script: "
+            "from tracetui import TraceCallback; trainer.add_callback(TraceCallback()), then run it; "
+            "or: python examples/train_lora.py")

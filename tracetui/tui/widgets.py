@@ -1,15 +1,48 @@
 """The monitor's panels. Each takes the current :class:`~tracetui.analysis.Results` (and the
-summary rows) and redraws itself; the app calls them at most a few times a second."""
+summary rows) and redraws itself; the app calls them at most a few times a second.
+
+Rows and runs are read defensively (``row.get``): a row may carry a ``trial`` label (a split with
+the values of varied settings) and ``varied`` settings; a run may report ``run_stage`` events
+before its first step. Logs without them still show."""
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
+
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from ..analysis import Results, RunData, median, recommendation, scope_note, verdict
-from ..columns import MONITOR, STATUS_STYLE, table_context
+from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
 from ..phases import PHASES
+
+FAILED = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
+LIVE = ("queued", "warming up", "running")
+
+#: what each bound label means, in words: the help screen, the detail pane and the README say
+#: the same (the README's table is checked against this in the tests)
+BOUNDS: dict[str, str] = {
+    "host-bound": "GPU busy under 45% of the step: the GPU waits for the host (Python, kernel launches), "
+                  "so a larger micro-batch costs little more and fewer, larger micro-batches win",
+    "GPU-bound": "GPU busy over 85% of the step: more rows cost proportionally more time, "
+                 "so the split matters little",
+    "mixed": "between the two (GPU busy 45-85%, or on the CPU forward time growing neither flat nor in "
+             "proportion with the rows): no single limit; the measured step times decide",
+    "input-bound": "data fetch over 30% of the step: the data loader is the limit (more workers, "
+                   "pinned memory, pre-tokenised data)",
+    "memory-limited": "peak memory over 90% of the card (or --memory-limit): little headroom, "
+                      "a larger micro-batch may not fit",
+    "overhead-bound": "CPU: forward time per micro-batch grows far less than its rows "
+                      "(exponent under 0.4): fixed per-call costs dominate, fewer larger micro-batches win",
+    "compute-bound": "CPU: forward time grows nearly in proportion with the rows (exponent over 0.7): "
+                     "arithmetic dominates, the split matters little",
+    "undetermined": "one micro-batch size measured and no GPU samples: nothing to compare against",
+}
+
 
 def phase_legend() -> Text:
     text = Text()
@@ -24,44 +57,145 @@ def phase_legend() -> Text:
 STEP_WINDOW = 300
 GPU_WINDOW = 600
 
+
+# ---- labels -------------------------------------------------------------------------------------
+def short_machine(name: str | None) -> str:
+    """``NVIDIA H200`` -> ``H200``: enough to tell machines apart in a narrow column."""
+    name = name or "CPU"
+    for prefix in ("NVIDIA ", "GeForce ", "Tesla ", "AMD ", "Radeon "):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace(" PCIe", "").replace(" SXM", "")[:14]
+
+
+def row_name(row: dict) -> str:
+    """A summary row's label: its trial (the split with varied settings), else its split."""
+    return row.get("trial") or row["split"]
+
+
+def row_label(row: dict, multi_machine: bool) -> str:
+    name = row_name(row)
+    return f"{short_machine(row['machine'])} {name}" if multi_machine else name
+
+
+def run_varied(run: RunData) -> dict:
+    s = run.started
+    return s.get("varied") or s.get("settings") or {}
+
+
+def row_of(run: RunData | None, rows: list[dict]) -> dict | None:
+    """The summary row (trial) that ``run`` is one run of."""
+    if run is None or not run.started:
+        return None
+    s = run.started
+    ws = s.get("world_size", 1)
+    eb = s.get("effective_batch") or s.get("micro_batch", 0) * s.get("grad_accum", 0) * ws
+    found = [r for r in rows if r["machine"] == run.machine and r["micro_batch"] == s.get("micro_batch")
+             and r["grad_accum"] == s.get("grad_accum") and r.get("world_size", 1) == ws
+             and r["effective_batch"] == eb]
+    varied = run_varied(run)
+    exact = [r for r in found if all(varied.get(k) == v for k, v in (r.get("varied") or {}).items())]
+    return (exact or found or [None])[0]
+
+
+def group_of(row: dict, rows: list[dict]) -> list[dict]:
+    """The trials ``row`` is compared with: same machine and effective batch."""
+    return [r for r in rows if r["machine"] == row["machine"] and r["effective_batch"] == row["effective_batch"]]
+
+
+def multi_machine(results: Results) -> bool:
+    return len({r.machine for r in results.runs.values() if r.started}) > 1
+
+
+def failures(results: Results) -> list[tuple[str, RunData]]:
+    """Every run that failed, with its label: the failures panel and the headline."""
+    multi = multi_machine(results)
+    return [(run_name(rid, run, multi), run) for rid, run in results.runs.items() if run.status in FAILED]
+
+
+def run_name(rid: str, run: RunData | None, multi: bool, label: str = "") -> str:
+    """A run's label in the run list: its trial, which repeat, which GPU, which machine."""
+    if run is not None and run.started:
+        label = run.started.get("trial") or run.label
+    elif not label:
+        label = "starting"  # nothing says which split yet (never the run id's host-pid-time)
+    tail = rid.rsplit("/", 1)[-1]
+    if "#" in tail:  # a repeat: which one
+        label = f"{label}#{tail.rsplit('#', 1)[-1]}"
+    gpu = run.started.get("gpu") if run is not None else None
+    if gpu is not None:
+        label = f"{label}@{gpu}"
+    if multi and run is not None and run.started:
+        label = f"{short_machine(run.machine)} {label}"
+    return label
+
+
+def fmt_secs(s: float) -> str:
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
+
+
 def run_progress(run: RunData, total_steps: int | None) -> tuple[str, str]:
     """``step n/N`` and the time left, from the median step so far."""
     done = max((s["step"] for s in run.steps if s.get("rank", 0) == 0), default=0)
-    total = total_steps or (run.started.get("config") or {}).get("steps")
+    total = total_steps or (run.started.get("config") or {}).get("steps") or run.started.get("max_steps")
     prog = f"{done}/{total}" if total else str(done)
     left = "-"
     if run.status in ("running", "warming up") and total and run.steps:
         ms = median([s["wall_ms"] for s in run.steps[-10:]])
-        secs = (total - done) * ms / 1000.0
-        left = f"{secs:.0f}s" if secs < 120 else f"{secs / 60:.0f}m"
+        left = fmt_secs((total - done) * ms / 1000.0)
     elif run.status == "ok":
         left = "done"
     return prog, left
 
 
-class Verdict(Static):
-    """The one-line answer at the top."""
+@dataclass
+class Stage:
+    """What a run said it was doing before its first step (a ``run_stage`` event)."""
 
-    def update_from(self, rows: list[dict], fallback: str) -> None:
+    stage: str
+    elapsed_s: float
+    #: when it arrived (monotonic), so a live view can count on
+    seen: float
+
+
+class Verdict(Static):
+    """The answer, always on screen: the verdict, the recommendation, or why there is none."""
+
+    def update_from(self, rows: list[dict], fallback: str, results: Results | None = None,
+                    live: bool = True) -> None:
         line = verdict(rows)
         rec = recommendation(rows)
         note = scope_note(rows)
         text = Text()
+        failed = failures(results) if results is not None else []
+        running = results is not None and any(r.status in LIVE for r in results.runs.values())
         if line:
             text.append(line, style="bold")
             if rec:
                 text.append("\n" + rec)
             if note:
                 text.append("\n" + note, style="dim")
+        elif failed and not running and not any(r.get("step_ms_median") for r in rows):
+            kinds: dict[str, int] = {}
+            for _, run in failed:
+                kinds[run.status] = kinds.get(run.status, 0) + 1
+            total = len([r for r in results.runs.values()])
+            text.append(f"nothing could be measured: {len(failed)} of {total} runs failed "
+                        f"({', '.join(f'{n} {k}' for k, n in kinds.items())})", style="bold red")
+            label, run = failed[0]
+            text.append(f"\n{label}: {run.status}: {run.message or 'no reason given'}")
         else:
             text.append(fallback, style="dim")
+            if failed:
+                text.append(f"\n{len(failed)} run(s) failed so far: see the failures panel", style="red")
         self.update(text)
 
 
 class RunList(DataTable):
-    """Every run with its status, progress and time left; the cursor picks a split for ``r``."""
+    """Every run with its status and progress (or, before its first step, what it is doing; after
+    a failure, why); the cursor picks the trial the detail pane and the timeline show."""
 
-    #: set once the user moves the cursor; until then the charts follow the running split
+    #: set once the user moves the cursor; until then the panes follow the running split
     user_moved = False
 
     def action_cursor_up(self) -> None:
@@ -75,30 +209,73 @@ class RunList(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        self.add_column("split", key="split", width=7)
+        self.add_column("trial", key="split", width=10)
         self.add_column("status", key="status", width=10)
-        self.add_column("step", key="step", width=6)
-        self.add_column("left", key="left", width=4)
+        self.add_column("progress", key="step", width=14)
 
-    def update_from(self, results: Results, planned: list[tuple[str, str]]) -> None:
+    names: list[str] = []
+
+    def on_resize(self) -> None:
+        self._fit(self.names)
+
+    def _fit(self, names: list[str]) -> None:
+        """The label column as wide as the longest label (machine names), the status column as
+        its longest word, the progress (or the stage, or why it failed) the rest."""
+        self.names = names
+        inner = (self.size.width or 30) - 7  # cell padding, and a cell for the scrollbar
+        label = max(5, min(20, max([5] + [len(n) for n in names]), inner // 3))
+        status = 10
+        widths = {"split": label, "status": status, "step": max(6, inner - label - status)}
+        changed = False
+        for key, w in widths.items():
+            col = self.columns.get(key)  # type: ignore[arg-type]
+            if col is not None and (col.width != w or col.auto_width):
+                col.width, col.auto_width = w, False
+                changed = True
+        if changed:
+            self._require_update_dimensions = True
+            self.refresh()
+
+    def update_from(self, results: Results, planned: list[tuple[str, str]],
+                    stages: dict[str, Stage] | None = None, live: bool = False) -> None:
         """``planned``: (run_id, label) of runs not started yet, shown as queued."""
-        rows = [(rid, run.label, run) for rid, run in results.runs.items() if run.started or run.status != "queued"]
+        stages = stages or {}
+        multi = multi_machine(results)
+        rows = [(rid, run, "") for rid, run in results.runs.items()
+                if run.started or run.status != "queued" or rid in stages]
         known = {r[0] for r in rows}
-        rows += [(rid, label, None) for rid, label in planned if rid not in known]
-        for rid, label, run in rows:
-            if "#" in rid.rsplit("/", 1)[-1]:  # a repeat: which one
-                label = f"{label}#{rid.rsplit('#', 1)[-1]}"
+        plan_label = dict(planned)
+        rows += [(rid, None, label) for rid, label in planned if rid not in known]
+        names = []
+        now = time.monotonic()
+        for rid, run, label in rows:
+            name = run_name(rid, run, multi, label or plan_label.get(rid, ""))
+            names.append(name)
             status = run.status if run else "queued"
-            gpu = run.started.get("gpu") if run else None
-            if gpu is not None:
-                label = f"{label}@{gpu}"
-            prog, left = run_progress(run, None) if run else ("-", "-")
-            cells = (label, Text(status, style=STATUS_STYLE.get(status, "")), prog, left)
+            stage = stages.get(rid)
+            if run is not None and run.status in FAILED:
+                prog = run.message or "no reason given"
+            elif run is not None and run.steps:
+                done, left = run_progress(run, None)
+                prog = f"{done} {left}" if left not in ("-", "", "done") else done
+            elif stage is not None and status in ("queued", "warming up"):
+                status = "starting" if status == "queued" else status
+                secs = stage.elapsed_s + (now - stage.seen if live else 0.0)
+                prog = f"{stage.stage} {fmt_secs(secs)}"
+            elif run is not None and run.status == "warming up" and live:
+                prog = f"to step 1 {fmt_secs(max(0.0, time.time() - run.started.get('t', time.time())))}"
+            elif run is not None and run.status == "ok":
+                prog = "done"
+            else:
+                prog = "-"
+            cells = (name, Text(status, style=STATUS_STYLE.get(status, "yellow" if status == "starting" else "")),
+                     Text(prog, style="red" if run is not None and run.status in FAILED else ""))
             if rid in self.rows:
-                for col, val in zip(("split", "status", "step", "left"), cells):
+                for col, val in zip(("split", "status", "step"), cells):
                     self.update_cell(rid, col, val)
             else:
                 self.add_row(*cells, key=rid)
+        self._fit(names)
 
 
 class Chart(PlotextPlot):
@@ -116,25 +293,33 @@ class Chart(PlotextPlot):
         return plt
 
 
+def phase_bars(rows: list[dict]) -> tuple[list[str], list[list[float]]]:
+    """The phase chart's labels and stacked values: each row's phase columns, which the analysis
+    apportions so that they add up to its median step exactly (the bar ends at the step median)."""
+    rows = [r for r in rows if r.get("step_ms_median")]
+    multi = len({r["machine"] for r in rows}) > 1
+    labels = [row_label(r, multi) for r in rows]
+    data = [[r.get(p.field) or 0.0 for r in rows] for p in PHASES]
+    return labels, data
+
+
 class PhaseChart(Chart):
     """Stacked bars: the median optimizer step of each split, divided among its phases (ms)."""
 
     def update_from(self, rows: list[dict]) -> None:
-        rows = [r for r in rows if r.get("step_ms_median")]
-        plt = self.start(bool(rows), "waiting for measured steps")
+        labels, data = phase_bars(rows)
+        plt = self.start(bool(labels), "waiting for measured steps")
         if plt is None:
             return
-        labels = [r["split"] for r in rows]
-        data = [[r.get(p.field) or 0.0 for r in rows] for p in PHASES]
         # Horizontal: the terminal's width gives the bars far finer steps than its height.
         plt.stacked_bar(labels, data, color=[p.rgb for p in PHASES], width=0.4, orientation="horizontal")
         self.refresh()
 
 
 class StepChart(Chart):
-    """Step time over steps of one run (the running one), warm-up steps marked apart."""
+    """Step time over steps of one run (the selected one), warm-up steps marked apart."""
 
-    def update_from(self, run: RunData | None) -> None:
+    def update_from(self, run: RunData | None, name: str = "") -> None:
         steps = [s for s in (run.steps[-STEP_WINDOW:] if run else []) if s.get("rank", 0) == 0]
         plt = self.start(bool(steps), "step time (ms): no steps yet")
         if plt is None:
@@ -145,7 +330,7 @@ class StepChart(Chart):
             plt.scatter([s["step"] for s in warm], [s["wall_ms"] for s in warm], label="warm-up", color="yellow", marker="x")
         if meas:
             plt.plot([s["step"] for s in meas], [s["wall_ms"] for s in meas], label="measured", color="cyan", marker="braille")
-        plt.title(f"step time (ms): {run.label}")
+        plt.title(f"step time (ms): {name or run.label}")
         plt.xlabel("optimizer step")
         self.refresh()
 
@@ -158,7 +343,8 @@ class ThroughputChart(Chart):
         plt = self.start(bool(rows), "throughput (tokens/s): waiting for measured steps")
         if plt is None:
             return
-        plt.bar([r["split"] for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
+        multi = len({r["machine"] for r in rows}) > 1
+        plt.bar([row_label(r, multi) for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
                 orientation="horizontal")
         plt.title("throughput (tokens/s)")
         self.refresh()
@@ -167,9 +353,9 @@ class ThroughputChart(Chart):
 class GpuChart(Chart):
     """GPU utilisation % and memory used over time, from the NVML samples of one run."""
 
-    def update_from(self, run: RunData | None) -> None:
+    def update_from(self, run: RunData | None, name: str = "") -> None:
         samples = run.gpu[-GPU_WINDOW:] if run else []
-        plt = self.start(bool(samples), "GPU: no samples")
+        plt = self.start(bool(samples), f"{name + ': ' if name else ''}no GPU samples")
         if plt is None:
             return
         t0 = samples[0]["t"]
@@ -180,46 +366,443 @@ class GpuChart(Chart):
                  marker="braille")
         plt.ylim(0, 100)
         plt.xlabel("seconds")
-        plt.title(f"GPU {run.label}")
+        plt.title(f"{run.machine} {name or run.label}")
         self.refresh()
 
 
 class GpuStatus(Static):
-    """One line: the latest GPU reading, or why there is none."""
+    """One line per machine: the latest GPU reading of its selected (or latest) run, or why there
+    is none. A CPU run's notice never speaks for a GPU machine."""
 
     def update_from(self, run: RunData | None, results: Results) -> None:
-        if run is not None and run.gpu:
-            g = run.gpu[-1]
-            power = f" · {g['power_w']:.0f} W" if g.get("power_w") is not None else ""
-            name = (run.started.get("env") or {}).get("gpu_name") or "GPU"
-            text = Text(f"{name} · util {g['util']:.0f}% · memory {g['mem_used_gib']:.1f}/"
-                        f"{g['mem_total_gib']:.0f} GiB{power}")
-            stopped = [n for n in run.notices if "NVML" in n]
-            if stopped:
-                text.append(f"\n{stopped[-1]}", style="yellow")
-            self.update(text)
+        machines: dict[str, list[RunData]] = {}
+        for r in results.runs.values():
+            if r.started:
+                machines.setdefault(r.machine, []).append(r)
+        if not machines:
+            self.update(Text("No GPU samples yet", style="dim"))
             return
-        why = ""
-        for r in reversed(list(results.runs.values())):
-            for n in r.notices:
-                if "GPU" in n or "NVML" in n or "CPU" in n:
-                    why = n
-                    break
-            if why:
-                break
-        self.update(Text(f"No GPU samples: {why}" if why else "No GPU samples yet", style="dim"))
+        multi = len(machines) > 1
+        order = sorted(machines, key=lambda m: (run is None or m != run.machine, m))
+        text = Text()
+        for m in order[:3]:
+            runs = machines[m]
+            pick = run if run is not None and run.machine == m else None
+            if pick is None or not pick.gpu:
+                pick = next((r for r in reversed(runs) if r.gpu), pick or runs[-1])
+            if text:
+                text.append("\n")
+            head = f"{short_machine(m)}: " if multi else ""
+            if pick.gpu:
+                g = pick.gpu[-1]
+                power = f" · {g['power_w']:.0f} W" if g.get("power_w") is not None else ""
+                name = "" if multi else f"{m} · "
+                text.append(f"{head}{name}util {g['util']:.0f}% · memory {g['mem_used_gib']:.1f}/"
+                            f"{g['mem_total_gib']:.0f} GiB{power}")
+                stopped = [n for n in pick.notices if "NVML" in n]
+                if stopped:
+                    text.append(f" ({stopped[-1]})", style="yellow")
+                continue
+            why = next((n for r in reversed(runs) for n in r.notices if "GPU" in n or "NVML" in n or "CPU" in n), "")
+            text.append(f"{head}no GPU samples" + (f": {why}" if why else " yet"), style="dim")
+        self.update(text)
+
+
+# ---- the summary table, its columns chosen by the width ----------------------------------------
+def _trial_cell(row: dict, ctx: dict) -> Text:
+    name = row_name(row)
+    if ctx.get("multi_eb"):
+        name = f"{name} (eb {row['effective_batch']})"
+    if ctx.get("multi_machine"):
+        name = f"{short_machine(row['machine'])} {name}"
+    return Text(name, style="bold green" if row.get("fastest") else "")
+
+
+def _status_cell(row: dict, ctx: dict) -> Text:
+    status = row["status"]
+    width = ctx.get("status_width", 60)
+    if status != "ok" and row.get("message"):
+        status = f"{status}: {row['message']}"
+    elif row.get("busy"):
+        status = f"{status} (busy)"
+    if len(status) > width:
+        status = status[: width - 1] + "…"
+    return Text(status, style=STATUS_STYLE.get(row["status"], ""))
+
+
+def _bound_cell(row: dict, ctx: dict) -> str:
+    if not ctx.get("bound_evidence"):
+        return row.get("bound") or "-"
+    return f"{row.get('bound') or '-'}" + (f": {row['evidence']}" if row.get("evidence") and row.get("bound") else "")
+
+
+#: the monitor's columns, most wanted first: the first six always come when they fit
+PRIORITY = ("split", "status", "step_ms_median", "speedup", "bound", "peak_mem_gib", "tokens_per_s",
+            "gpu_util_mean", "spread", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms",
+            "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
+            "gpus", "comm_ms", "ranks")
+
+
+def pick_columns(rows: list[dict], width: int) -> tuple[list, dict]:
+    """The columns that fit in ``width`` cells, chosen in :data:`PRIORITY` order and shown in the
+    declared order, and the cell context. Rows failed with a long reason get a short status here
+    (the failures panel and the detail pane have it whole)."""
+    ctx = table_context(rows)
+    by_key = {c.key: c for c in MONITOR}
+    order = [k for k in PRIORITY if k in by_key] + [c.key for c in MONITOR if c.key not in PRIORITY]
+    ctx["status_width"] = 24 if width < 110 else 32 if width < 160 else 60
+    ctx["bound_evidence"] = width >= 150
+    cell = {"split": _trial_cell, "status": _status_cell, "bound": _bound_cell}
+
+    def show(col, row):
+        f = cell.get(col.key)
+        return f(row, ctx) if f else col.show(row, ctx)
+
+    def need(col) -> int:
+        cells = [show(col, r) for r in rows]
+        return max([len(col.header or "")] + [Text(str(c)).cell_len if not isinstance(c, Text) else c.cell_len
+                                               for c in cells]) + 2
+
+    chosen, used = [], 2  # the table's border
+    first = set(PRIORITY[:6])
+    for key in order:
+        col = by_key[key]
+        # a column with nothing in it at all (no GPU, no ranks) is left out
+        if key not in ("split", "status") and rows and all(str(show(col, r)) in ("-", "", "--") for r in rows):
+            continue
+        w = need(col)
+        if used + w <= width:
+            chosen.append(col)
+            used += w
+        elif key not in first:
+            break  # past the first six, in order only: no later column jumps a wider one
+    chosen.sort(key=lambda c: MONITOR.index(c))
+    return [(c, (lambda col: (lambda r: show(col, r)))(c)) for c in chosen], ctx
 
 
 class SummaryTable(DataTable):
-    """The side-by-side table of every split; the fastest of each effective batch in bold."""
+    """The side-by-side table of every trial; the fastest of each effective batch in bold. Its
+    columns are chosen by priority for the width it has (split, status, step, speedup, bound,
+    peak memory first)."""
+
+    rows_shown: list[dict] = []
+    keys_shown: tuple = ()
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        for col in MONITOR:
-            self.add_column(col.header, key=col.key)
+
+    def on_resize(self) -> None:
+        self.update_from(self.rows_shown)
 
     def update_from(self, rows: list[dict]) -> None:
-        self.clear()
-        ctx = table_context(rows)
-        for r in rows:
-            self.add_row(*(col.show(r, ctx) for col in MONITOR))
+        self.rows_shown = rows
+        width = self.size.width or (self.app.size.width if self.app else 80)
+        cols, _ctx = pick_columns(rows, width)
+        keys = tuple(c.key for c, _ in cols)
+        cursor = self.cursor_row
+        if keys != self.keys_shown:
+            self.clear(columns=True)
+            for col, _ in cols:
+                self.add_column(col.header, key=col.key)
+            self.keys_shown = keys
+        else:
+            self.clear()
+        for i, r in enumerate(rows):
+            self.add_row(*(show(r) for _, show in cols), key=str(i))
+        if rows and 0 <= cursor < len(rows):
+            self.move_cursor(row=cursor, animate=False)
+
+
+# ---- the failures panel, the status line ---------------------------------------------------------
+class Failures(Static):
+    """Every failed run and why, whole; hidden while nothing failed."""
+
+    def update_from(self, results: Results) -> None:
+        failed = failures(results)
+        self.display = bool(failed)
+        if not failed:
+            return
+        text = Text(f"failed ({len(failed)}): ", style="bold red")
+        for i, (label, run) in enumerate(failed):
+            if i:
+                text.append("\n")
+            text.append(f"{label}: ", style="bold")
+            text.append(f"{run.status}: {run.message or 'no reason given'}")
+        self.update(text)
+
+
+class StatusLine(Static):
+    """Notices (warnings, what a key did): one line above the keys, never over the table."""
+
+    def say(self, message: str, severity: str = "information") -> None:
+        style = {"warning": "yellow", "error": "bold red"}.get(severity, "")
+        self.update(Text(message, style=style, no_wrap=True, overflow="ellipsis"))
+
+
+# ---- the detail pane and the timeline --------------------------------------------------------------
+def median_step(run: RunData | None) -> tuple[dict | None, bool]:
+    """The run's measured step whose time is the median (the middle one), and whether it is a
+    warm-up step (no measured step yet)."""
+    if run is None:
+        return None, False
+    steps = run.measured()
+    if steps:
+        ordered = sorted(steps, key=lambda s: s["wall_ms"])
+        return ordered[(len(ordered) - 1) // 2], False
+    warm = [s for s in run.steps if s.get("rank", 0) == 0]
+    return (warm[-1], True) if warm else (None, False)
+
+
+def step_segments(step: dict) -> list[tuple[str, str, float, tuple[int, int, int], int]]:
+    """One step as it ran, in order: (label, phase, ms, colour, micro-batch index). The recorded
+    data fetch is one value per step: it is drawn as one block before the first forward."""
+    rgb = {p.name: p.rgb for p in PHASES}
+    out = [("data", "data", float(step.get("data_ms") or 0.0), rgb["data"], 0)]
+    fw = step.get("forward_ms") or []
+    bw = step.get("backward_ms") or []
+    fw = fw if isinstance(fw, list) else [fw]
+    bw = bw if isinstance(bw, list) else [bw]
+    for i in range(max(len(fw), len(bw))):
+        if i < len(fw):
+            out.append((f"f{i + 1}", "forward", float(fw[i]), rgb["forward"], i))
+        if i < len(bw):
+            out.append((f"b{i + 1}", "backward", float(bw[i]), rgb["backward"], i))
+    out.append(("opt", "optimizer", float(step.get("optimizer_ms") or 0.0), rgb["optimizer"], 0))
+    out.append(("rest", "other", float(step.get("other_ms") or 0.0), rgb["other"], 0))
+    return out
+
+
+def _shade(rgb: tuple[int, int, int], odd: bool) -> str:
+    r, g, b = rgb
+    if odd:  # every other micro-batch a little darker, so where one ends shows
+        r, g, b = int(r * 0.6), int(g * 0.6), int(b * 0.6)
+    return f"rgb({r},{g},{b})"
+
+
+def draw_bar(segments, scale_ms: float, width: int) -> tuple[Text, Text]:
+    """The segments to scale in ``width`` cells (``scale_ms`` fills them), and a line of labels
+    under the segments wide enough to hold theirs."""
+    bar, labels = Text(), Text()
+    at = 0.0
+    pos = 0
+    for label, phase, ms, rgb, i in segments:
+        at += max(0.0, ms)
+        end = min(width, int(round(at / scale_ms * width))) if scale_ms > 0 else 0
+        n = end - pos
+        if n <= 0:
+            continue
+        bar.append("█" * n, style=_shade(rgb, i % 2 == 1))
+        labels.append(label[:n].center(n) if n >= len(label) + 1 else " " * n, style="dim")
+        pos = end
+    return bar, labels
+
+
+def _bound_words(row: dict) -> Text:
+    text = Text()
+    bound = row.get("bound")
+    if bound:
+        text.append(bound, style="bold")
+        if row.get("evidence"):
+            text.append(f" ({row['evidence']})")
+        words = BOUNDS.get(bound)
+        if words:
+            text.append(f": {words}", style="dim")
+    else:
+        text.append("bound: not known yet" + (f" ({row['evidence']})" if row.get("evidence") else ""), style="dim")
+    return text
+
+
+def _loss_spark(curve: list[float], width: int = 16) -> str:
+    vals = [v for v in curve if v is not None and math.isfinite(v)]
+    if not vals:
+        return ""
+    if len(vals) > width:
+        step = len(vals) / width
+        vals = [vals[int(i * step)] for i in range(width)]
+    lo, hi = min(vals), max(vals)
+    ticks = "▁▂▃▄▅▆▇█"
+    if hi - lo <= 0:
+        return ticks[3] * len(vals)
+    return "".join(ticks[min(7, int((v - lo) / (hi - lo) * 7.999))] for v in vals)
+
+
+def loss_curve(run: RunData) -> list[float]:
+    return [s.get("loss") for s in run.steps if s.get("rank", 0) == 0 and s.get("loss") is not None]
+
+
+class Pane(Widget):
+    """A text panel drawn for the width it has."""
+
+    DEFAULT_CSS = "Pane { height: 1fr; }"
+
+    def content(self, width: int) -> Text:  # pragma: no cover - overridden
+        return Text()
+
+    def render(self) -> Text:
+        return self.content(max(20, self.size.width))
+
+
+class DetailPane(Pane):
+    """The selected trial, without scrolling: its step and speedup, the phase breakdown, the bound
+    with its evidence in words, memory against the card, the settings as really run, the loss
+    curve beside the others', and why it failed."""
+
+    row: dict | None = None
+    run: RunData | None = None
+    rows: list[dict] = []
+    runs_of: dict = {}
+    name: str = ""
+    empty: str = "select a run in the run list (arrows)"
+
+    def show(self, row: dict | None, run: RunData | None, rows: list[dict], results: Results, name: str,
+             empty: str | None = None) -> None:
+        self.row, self.run, self.rows, self.name = row, run, rows, name
+        self.runs_of = {}
+        for r in results.runs.values():
+            key = id(row_of(r, rows))
+            self.runs_of.setdefault(key, []).append(r)
+        if empty:
+            self.empty = empty
+        self.refresh()
+
+    def content(self, width: int) -> Text:
+        row, run = self.row, self.run
+        text = Text(no_wrap=False)
+        if run is None and row is None:
+            return Text(self.empty, style="dim")
+        multi = len({r["machine"] for r in self.rows}) > 1
+        where = row["machine"] if row else (run.machine if run and run.started else "")
+        head = self.name or (row_label(row, multi) if row else "")
+        text.append(head, style="bold")
+        if where:
+            text.append(f" on {where}")
+        status = run.status if run is not None else row["status"]
+        text.append(" · ")
+        text.append(status, style=STATUS_STYLE.get(status, ""))
+        if row:
+            text.append(f" · {row.get('runs', 1)} run(s), {row.get('steps_measured', 0)} measured steps")
+        if run is not None and run.status in FAILED:
+            text.append(f"\nwhy it failed: {run.message or 'no reason given'}", style="red")
+        if row and row is not None and row.get("step_ms_median"):
+            text.append(f"\nstep {row['step_ms_median']:.1f} ms")
+            if row.get("step_ms_ci_low") is not None:
+                text.append(f" (95% CI {row['step_ms_ci_low']:.0f}-{row['step_ms_ci_high']:.0f})")
+            sp = row.get("speedup_vs_slowest")
+            if sp is not None:
+                group = [r for r in group_of(row, self.rows) if r.get("step_ms_median")]
+                slow = max(group, key=lambda r: r["step_ms_median"]) if group else row
+                text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
+                if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
+                    text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")
+            if row.get("tokens_per_s"):
+                text.append(f" · {row['tokens_per_s']:.0f} tok/s")
+            text.append("\nwhy: ")
+            text.append_text(_bound_words(row))
+            parts = [f"{p.short} {row.get(p.field) or 0.0:.1f}" for p in PHASES]
+            text.append("\nphases (ms of the median step): " + " · ".join(parts))
+            segs = [(p.short, p.name, row.get(p.field) or 0.0, p.rgb, 0) for p in PHASES]
+            bar, _ = draw_bar(segs, row["step_ms_median"], max(10, width - 2))
+            text.append("\n")
+            text.append_text(bar)
+            if row.get("gpu_util_mean") is not None:
+                text.append(f"\nGPU busy {row['gpu_util_mean']:.0f}% of the time")
+        if row and row.get("peak_mem_gib") is not None:
+            cap = row.get("memory_limit_gib") or row.get("mem_total_gib")
+            text.append(f"\nmemory: peak {row['peak_mem_gib']:.1f}")
+            if cap:
+                share = row["peak_mem_gib"] / cap
+                text.append(f" of {cap:.0f} GiB ({100 * share:.0f}%"
+                            + (", --memory-limit" if row.get("memory_limit_gib") else "") + ") ")
+                n = 20
+                k = min(n, int(round(share * n)))
+                text.append("█" * k, style="red" if share > 0.9 else "green")
+                text.append("░" * (n - k), style="dim")
+            else:
+                text.append(" GiB")
+        settings = (run.settings if run is not None and run.settings else (row or {}).get("settings")) or {}
+        if settings:
+            from ..probe.settings import describe
+
+            text.append("\nran with: " + describe(settings), style="dim")
+            if settings.get("max_length"):
+                text.append(f" · max_length {settings['max_length']}", style="dim")
+        varied = (row or {}).get("varied") or (run_varied(run) if run is not None else {})
+        if varied:
+            text.append("\nvaried: " + ", ".join(f"{k}={v}" for k, v in varied.items()), style="dim")
+        if row is not None:
+            curves = []
+            for other in group_of(row, self.rows):
+                runs = [r for r in self.runs_of.get(id(other), []) if loss_curve(r)]
+                if runs:
+                    curves.append((other, loss_curve(runs[-1])))
+            if curves:
+                text.append("\nloss:")
+                for other, curve in curves:
+                    mark = "▶" if other is row else " "
+                    last = curve[-1]
+                    text.append(f"\n {mark}{row_name(other):>8} {_loss_spark(curve)} "
+                                f"{fmt(last, '.4f') if last is not None and math.isfinite(last) else 'NaN'}",
+                                style="bold" if other is row else "")
+                if row.get("loss_ok") is False and row.get("loss_note"):
+                    text.append(f"\n {row['loss_note']}", style="yellow")
+        return text
+
+
+@dataclass
+class Lane:
+    """One trial's median step on the timeline."""
+
+    name: str
+    step: dict
+    warmup: bool
+    row: dict | None
+
+
+class Timeline(Pane):
+    """One median step of the selected trial drawn to scale: data, then the forward and backward
+    of each micro-batch, the optimizer and the rest; a second trial stacked under it on the same
+    scale to compare (``c`` picks it)."""
+
+    lanes: list[Lane] = []
+
+    def show(self, lanes: list[Lane]) -> None:
+        self.lanes = lanes
+        self.refresh()
+
+    def content(self, width: int) -> Text:
+        if not self.lanes:
+            return Text("no steps yet: the timeline of one median step appears once a run has stepped",
+                        style="dim")
+        width = max(10, width - 1)
+        scale = max(sum(ms for _, _, ms, _, _ in step_segments(l.step)) for l in self.lanes) or 1.0
+        text = Text()
+        for n, lane in enumerate(self.lanes):
+            segs = step_segments(lane.step)
+            total = sum(ms for _, _, ms, _, _ in segs)
+            if n:
+                text.append("\n")
+            text.append(lane.name, style="bold")
+            text.append(f"  {total:.1f} ms" + (" (a warm-up step: none measured yet)" if lane.warmup else
+                                               " (median step)"))
+            mb = len([s for s in segs if s[1] == "forward"])
+            text.append(f" · {mb} micro-batch{'es' if mb != 1 else ''}")
+            util = (lane.row or {}).get("gpu_util_mean")
+            text.append(f" · GPU busy {util:.0f}%" if util is not None else " · no GPU samples",
+                        style="bold" if util is not None else "dim")
+            fw = [ms for _, ph, ms, _, _ in segs if ph == "forward"]
+            if fw:
+                text.append(f"\n  forward {median(fw):.1f} ms per micro-batch", style="dim")
+            bar, labels = draw_bar(segs, scale, width)
+            text.append("\n")
+            text.append_text(bar)
+            text.append("\n")
+            text.append_text(labels)
+        axis = f"0 ms{'':{max(0, width - 4 - len(f'{scale:.0f} ms'))}}{scale:.0f} ms"
+        text.append("\n" + axis, style="dim")
+        legend = Text("\n")
+        for p in PHASES:
+            legend.append("█", style=_shade(p.rgb, False))
+            legend.append(f"{p.short} ")
+        legend.append("(darker: every other micro-batch) · c: compare with another trial", style="dim")
+        text.append_text(legend)
+        return text

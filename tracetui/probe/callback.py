@@ -251,6 +251,8 @@ class Probe(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if not self.enabled or self.clock is None:
             return
+        if not self.cuda:
+            reset_data_peak()
         if self._last_end is None:
             self._last_end = self.clock.mark("start")
         self._mark("step_begin")
@@ -301,6 +303,8 @@ class Probe(TrainerCallback):
         if self.cuda:
             peak = torch.cuda.max_memory_allocated(self.device) / 2**30
             torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            peak = data_peak_gib()
         if self._step == self.warmup:
             # the last warm-up step: the machine's picture starts here, inside a step that is
             # not counted (a /proc scan in a measured step would be charged to it)
@@ -395,6 +399,30 @@ class Probe(TrainerCallback):
             samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
             extra=extra,
         )
+
+
+def reset_data_peak() -> None:
+    """Start :func:`data_peak_gib`'s window: reset the kernel's resident high-water mark
+    (``/proc/self/clear_refs`` 5; where refused, the window is the process's life)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def data_peak_gib() -> float | None:
+    """On the CPU, the process's peak data size (GiB) since :func:`reset_data_peak`: what
+    ``--memory-limit`` caps there (``RLIMIT_DATA``). The kernel keeps no peak of the data size,
+    but does of the resident size: the resident high-water mark less file-backed pages, plus the
+    data that is mapped but not resident. None where ``/proc`` says nothing (not Linux)."""
+    try:
+        with open("/proc/self/status") as fh:
+            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in fh) if v.strip().endswith("kB")}
+        peak = kb["VmHWM"] - kb.get("RssFile", 0) - kb.get("RssShmem", 0) + max(0, kb["VmData"] - kb["RssAnon"])
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+    return peak / 2**20
 
 
 def _first_grad_tensor(output: Any) -> Any:

@@ -1,0 +1,150 @@
+"""The search planner (``--search``): unit tests fed with typed results, and a real tiny CPU
+sweep with ``--memory-limit``."""
+
+import pytest
+
+from tracetui.analysis import Results, summarise
+from tracetui.config import SweepConfig, validate
+from tracetui.plan import WAIT, GridPlanner, RunSpec, TrialResult, make_planner
+from tracetui.search import SearchPlanner, wants_search
+from tracetui.trial import Trial
+
+
+def _grid(eb):
+    return [Trial(m, eb // m) for m in range(1, eb + 1) if eb % m == 0]
+
+
+def drive(planner, measure, limit=200):
+    """Ask ``planner`` until it is done; ``measure(trial)`` -> (status, walls, peak). Returns the
+    decisions in order."""
+    out = []
+    for _ in range(limit):
+        d = planner.next()
+        if d is None:
+            return out
+        assert d != WAIT  # one lane: nothing is ever in flight when it is asked
+        out.append(d)
+        spec = RunSpec("s/" + d.trial.split, d.trial, d.repeat, why=d.why)
+        if d.skip:
+            planner.record(TrialResult(spec, d.skip, message=d.why))
+        else:
+            status, walls, peak = measure(d.trial)
+            planner.record(TrialResult(spec, status, walls, peak))
+    raise AssertionError("the planner never finished")
+
+
+def gpu_like(peak_a=3.6, peak_b=3.7, limit=24.0, per_micro=lambda m: 250 + 20 * m):
+    """Host-bound until large micro-batches: step = accumulation x time per micro-batch."""
+    def measure(t):
+        peak = peak_a + peak_b * t.micro_batch
+        if peak > limit:
+            return "oom", [], None
+        return "ok", [t.grad_accum * per_micro(t.micro_batch)] * 8, peak
+    return measure
+
+
+def test_memory_line_from_two_probes_then_largest_fit_and_skips():
+    p = SearchPlanner(_grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit")
+    ds = drive(p, gpu_like())
+    ran = [d.trial.split for d in ds if not d.skip]
+    assert ran[:2] == ["1x1", "2x1"] and all(d.why.startswith("memory probe") for d in ds[:2])
+    # 3.6 + 3.7 m: 4 -> 18.4 GiB fits under 90% of 24; 8 -> 33.2 does not
+    assert ran[2] == "4x16" and "predicted 18.40 GiB" in ds[2].why
+    skipped = {d.trial.split: d.why for d in ds if d.skip}
+    assert skipped["8x8"] == "skipped: predicted 33.20 GiB > limit 24 GiB"
+    assert skipped["64x1"].startswith("skipped: predicted 240.40 GiB")
+    # 2x32 and 1x64 are hopeless from the probes' time per micro-batch: never run
+    assert "2x32" in skipped and "1x64" in skipped and "s/step from 2x1" in skipped["2x32"]
+    assert ran == ["1x1", "2x1", "4x16"]
+    assert sorted(d.trial.split for d in ds if d.trial.effective_batch == 64) == sorted(t.split for t in _grid(64))
+    assert any("predicted/measured peak GiB: 4x16 18.40/18.40" in n for n in p.notes())
+
+
+def test_neighbours_walk_down_only_while_clearly_faster():
+    # at 80 GiB: 16 fits (62.8), 32 does not; 16 thrashes, so 8 is clearly faster, 4 is not
+    times = {1: 400, 2: 420, 4: 500, 8: 700, 16: 3000}
+    p = SearchPlanner(_grid(64), repeats=1, limit_gib=80.0, limit_what="the card")
+    ds = drive(p, gpu_like(limit=80.0, per_micro=lambda m: times[m]))
+    ran = [d.trial.split for d in ds if not d.skip]
+    assert ran == ["1x1", "2x1", "16x4", "8x8", "4x16"]
+    assert "neighbour below the best so far (8x8" in ds[4].why
+
+
+def test_an_oom_bounds_the_search_and_the_line_is_refitted():
+    # the probes under-predict 8 (peak grows faster above 4): it runs out of memory
+    def measure(t):
+        peak = 2.0 + 1.0 * t.micro_batch + (6.0 if t.micro_batch >= 8 else 0.0)
+        if peak > 12.0:
+            return "oom", [], None
+        return "ok", [t.grad_accum * 100.0 / t.micro_batch ** 0.5] * 8, peak
+    p = SearchPlanner(_grid(16), repeats=1, limit_gib=12.0, limit_what="--memory-limit")
+    ds = drive(p, measure)
+    ran = [(d.trial.split, d.why) for d in ds if not d.skip]
+    assert [r for r, _ in ran] == ["1x1", "2x1", "8x2", "4x4"]
+    assert "below micro-batch 8, which ran out of memory" in ran[3][1]
+    skipped = {d.trial.split: d.why for d in ds if d.skip}
+    assert skipped["16x1"] == "skipped: micro-batch 16 >= 8, which ran out of memory"
+    assert "s/step from 2x1" in skipped["2x8"]  # 2x1's time per micro-batch x 8 > 4x4's step
+    assert any("micro-batch 8 ran out of memory" in n for n in p.notes())
+
+
+def test_effective_batches_share_memory_and_speed():
+    p = SearchPlanner(_grid(16) + _grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit")
+    ds = drive(p, gpu_like())
+    probes = [d for d in ds if d.why.startswith("memory probe")]
+    assert [d.trial.split for d in probes] == ["1x1", "2x1"]  # once for both effective batches
+    ran = [d.trial.split for d in ds if not d.skip]
+    assert ran == ["1x1", "2x1", "4x4", "4x16"]
+
+
+def test_repeats_run_back_to_back_and_probes_once():
+    p = SearchPlanner(_grid(8), repeats=2, limit_gib=24.0, limit_what="--memory-limit")
+    ds = drive(p, gpu_like())
+    ran = [(d.trial.split, d.repeat) for d in ds if not d.skip]
+    assert ran[:4] == [("1x1", 0), ("2x1", 0), ("4x2", 0), ("4x2", 1)]
+
+
+def test_no_memory_bound_no_probes_starts_largest():
+    p = SearchPlanner(_grid(8), repeats=1, limit_gib=None)
+    ds = drive(p, gpu_like(limit=1e9))
+    assert [d.trial.split for d in ds if not d.skip][0] == "8x1"
+
+
+def test_default_is_search_above_a_handful_and_grid_forces():
+    cfg = SweepConfig(effective_batch=[64], repeats=1, device="cpu")
+    trials = validate(cfg)
+    search, line = wants_search(cfg, trials)
+    assert search and "--grid runs every split" in line
+    cfg.grid = True
+    assert isinstance(make_planner(cfg, trials), GridPlanner)
+    small = SweepConfig(effective_batch=[4], repeats=1, device="cpu")
+    assert not wants_search(small, validate(small))[0]
+
+
+@pytest.mark.slow
+def test_real_cpu_search_with_memory_limit(tmp_path):
+    """A real tiny sweep on the CPU: probes learn the memory line, the trial predicted over the
+    limit is skipped with its reason, the largest predicted to fit runs, and the summary carries
+    its prediction beside what it measured; probes are no rows."""
+    from tracetui.runner.sweep import Sweep
+
+    cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=2, warmup=1, repeats=1, device="cpu",
+                      memory_limit=2.6, search=True, runs_dir=str(tmp_path))
+    trials = validate(cfg)
+    planner = make_planner(cfg, trials)
+    results = Results()
+    sweep = Sweep(cfg, trials, on_event=results.add, planner=planner)
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    rows = {r["split"]: r for r in summarise(results)}
+    assert set(rows) == {"1x8", "2x4", "4x2", "8x1"}  # the probes 1x1, 2x1 are no rows
+    assert rows["8x1"]["status"] == "skipped" and rows["8x1"]["message"].startswith("skipped: predicted")
+    assert rows["8x1"]["predicted_mem_gib"] > 2.6 * 0.9
+    ran = [r for r in rows.values() if r["status"] == "ok"]
+    assert ran and all(r["predicted_mem_gib"] and r["peak_mem_gib"] for r in ran)
+    assert rows["4x2"]["status"] == "ok" and rows["4x2"]["why"].startswith("largest micro-batch predicted to fit")
+    probes = [r for r in results.runs.values() if r.started.get("why", "").startswith("memory probe")]
+    assert sorted(r.trial.split for r in probes) == ["1x1", "2x1"]
+    assert all(s["peak_mem_gib"] > 0 for r in probes for s in r.steps)

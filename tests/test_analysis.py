@@ -7,9 +7,10 @@ import pytest
 
 from tracetui.analysis import (Results, confident, median, median_ci, bootstrap_medians, order_stat_ci,
                                recommendation, settle_interval, settled, stop_reason, StopRule, summarise, verdict)
-from tracetui.config import Split, SweepConfig
+from tracetui.config import SweepConfig
+from tracetui.trial import Trial as Split
 from tracetui.events import make
-from tracetui.runner.sweep import interleave, plan_runs
+from tracetui.plan import grid_order, interleave
 from tracetui.store import read_events
 
 from .conftest import claims_or_holds_back, read_csv, run_cli
@@ -101,17 +102,16 @@ def test_bootstrap_is_deterministic_and_order_stats():
 
 def test_interleaved_order():
     a, b, c = Split(1, 4), Split(2, 2), Split(4, 1)
-    assert [s.label for s, _ in interleave([a, b, c], 3)] == ["1x4", "2x2", "4x1", "4x1", "2x2", "1x4",
+    assert [s.split for s, _ in interleave([a, b, c], 3)] == ["1x4", "2x2", "4x1", "4x1", "2x2", "1x4",
                                                              "1x4", "2x2", "4x1"]
 
 
 def test_until_confident_measures_the_cheapest_split_first():
     a, b, c, d = Split(1, 4), Split(2, 2), Split(4, 1), Split(8, 1)
-    cfg = SweepConfig(effective_batch=[4, 8], until_confident=2.0, repeats=2)
-    assert [s.label for s, _ in plan_runs(cfg, [a, b, d, c])] == ["4x1", "2x2", "1x4", "8x1",
-                                                                 "8x1", "1x4", "2x2", "4x1"]
-    cfg.until_confident = None  # without it, the order given
-    assert [s.label for s, _ in plan_runs(cfg, [a, b, d, c])][:4] == ["1x4", "2x2", "8x1", "4x1"]
+    assert [s.split for s, _ in grid_order([a, b, d, c], 2, True)] == ["4x1", "2x2", "1x4", "8x1",
+                                                                     "8x1", "1x4", "2x2", "4x1"]
+    # without it, the order given
+    assert [s.split for s, _ in grid_order([a, b, d, c], 2, False)][:4] == ["1x4", "2x2", "8x1", "4x1"]
 
 
 def walls_of(events, split):

@@ -71,7 +71,7 @@ def test_toml_and_flags_override(tmp_path):
     ns = build_parser().parse_args(["--config", str(cfg_file), "--steps", "20"])
     cfg = from_args(ns)
     assert cfg.steps == 20 and cfg.warmup == 2 and cfg.effective_batch == [8]
-    assert [s.label for s in validate(cfg)] == ["1x8", "8x1"]
+    assert [s.split for s in validate(cfg)] == ["1x8", "8x1"]
 
 
 def test_bad_toml_key_and_syntax(capsys, tmp_path):
@@ -86,7 +86,7 @@ def test_bad_toml_key_and_syntax(capsys, tmp_path):
 
 def test_auto_splits():
     cfg = from_mapping({"effective_batch": "4,6", "max_micro_batch": 4})
-    assert [s.label for s in validate(cfg)] == ["1x4", "2x2", "4x1", "1x6", "2x3", "3x2"]
+    assert [s.split for s in validate(cfg)] == ["1x4", "2x2", "4x1", "1x6", "2x3", "3x2"]
 
 
 def test_error_names_field():

@@ -48,7 +48,7 @@ def test_live_sweep_in_app(tmp_path):
     sweep = Sweep(cfg, validate(cfg))
     out = tmp_path / "live.csv"
     app = TraceApp(SweepSource(sweep), out_path=str(out),
-                   planned=[(s.run_id, s.label) for s in sweep.plan], screenshot_dir=str(tmp_path))
+                   planned=[(s.run_id, s.label) for s in sweep.planned()], screenshot_dir=str(tmp_path))
     statuses_seen = set()
 
     async def drive():

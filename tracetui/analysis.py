@@ -8,12 +8,17 @@ feeds events as they come) or from a log (``tracetui show``).
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .events import FAIL_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STARTED, STEP
+from .config import KNOB_DEFAULTS
+from .knobs import KNOBS, SHORT, fmt, result_changing
+from .knobs import sft_args as knob_sft_args
 from .phases import FIELDS
+from .trial import Trial
 from .probe.quiet import gpu_picture, judge
 from .probe.settings import SETTING_COLUMNS
 
@@ -24,6 +29,17 @@ BOOTSTRAP = 1000
 #: 0.02%; bf16 on the H200, 30 steps: 0.02%. A gradient-accumulation normalisation bug moves
 #: the loss by whole factors (equal rows) or several percent (ragged rows).
 LOSS_TOLERANCE = {"fp32": 0.001, "bf16": 0.01, "fp16": 0.01}
+
+#: how a search's memory probe (:mod:`tracetui.search`) begins its ``why``: a probe measures
+#: memory at one micro-batch per step, outside the effective batches asked for, so it is no row
+PROBE_WHY = "memory probe"
+#: a planner's predicted peak memory, as its ``why`` says it (:func:`predicted_text`)
+_PREDICTED = re.compile(r"predicted (\d+(?:\.\d+)?) GiB")
+
+
+def predicted_text(gib: float) -> str:
+    """A predicted peak as a planner writes it in a ``why`` (read back into ``predicted_mem_gib``)."""
+    return f"predicted {gib:.2f} GiB"
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -290,6 +306,11 @@ class RunData:
         return self.started.get("label", self.run_id.rsplit("/", 1)[-1])
 
     @property
+    def trial(self) -> Trial:
+        """The trial this run measured (from its start event's fields, never its label)."""
+        return Trial.from_fields(self.started)
+
+    @property
     def machine(self) -> str:
         env = self.started.get("env") or {}
         return env.get("gpu_name") or "CPU"
@@ -363,19 +384,16 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
     """One row per split (runs of the same split on the same machine pooled)."""
     groups: dict[tuple, list[RunData]] = {}
     for run in results.runs.values():
-        if not run.started:
+        if not run.started or str(run.started.get("why") or "").startswith(PROBE_WHY):
             continue
-        s = run.started
-        ws = s.get("world_size", 1)
-        key = (run.machine, s.get("effective_batch") or s["micro_batch"] * s["grad_accum"] * ws,
-               s["micro_batch"], s["grad_accum"], ws)
-        groups.setdefault(key, []).append(run)
+        groups.setdefault((run.machine, *run.trial.key()), []).append(run)
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
     medians = {key: run_medians(runs) for key, runs in groups.items()}
     spread = between_run_spread(medians)
     for key, runs in groups.items():
-        machine, eb, mb, ga, ws = key
+        machine, eb, mb, ga, ws, varied = key
+        trial = runs[0].trial
         measured = [s for r in runs for s in r.measured()]
         walls = [s["wall_ms"] for s in measured]
         statuses = [r.status for r in runs]
@@ -385,7 +403,8 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         failed = [st for st in statuses if st in FAIL_KINDS]
         row: dict[str, Any] = dict(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
-            split=f"{mb}x{ga}" + (f"x{ws}" if ws > 1 else ""), status=status, runs=len(runs),
+            split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
+            status=status, runs=len(runs),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join(r.message for r in runs if r.message),
         )
@@ -436,10 +455,20 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row["gpu_util_mean"] = sum(g["util"] for g in gpu) / len(gpu) if gpu else None
         peaks = [s["peak_mem_gib"] for s in measured if s.get("peak_mem_gib") is not None]
         row["peak_mem_gib"] = max(peaks) if peaks else None
+        whys = [r.started.get("why") or "" for r in runs]
+        row["why"] = whys[0] or None
+        predicted = [float(m.group(1)) for m in map(_PREDICTED.search, whys) if m]
+        row["predicted_mem_gib"] = predicted[0] if predicted else None
         env = runs[0].started.get("env") or {}
         row["mem_total_gib"] = env.get("gpu_total_gib")
         cfg = runs[0].started.get("config") or {}
         row["memory_limit_gib"] = cfg.get("memory_limit")
+        row["knob_values"] = {k: cfg[k] for k in KNOB_DEFAULTS if k in cfg}
+        firsts = [s["wall_ms"] for r in runs for s in r.steps[:1] if s.get("rank", 0) == 0 and s.get("warmup")]
+        row["first_step_ms"] = median(firsts) if firsts else None
+        if row["first_step_ms"] and row.get("step_ms_median") and (varied_on(row, "torch_compile") or cfg.get("torch_compile")):
+            # the first step compiles: what it took beyond an ordinary step is compile time
+            row["compile_s"] = max(0.0, (row["first_step_ms"] - row["step_ms_median"]) / 1000.0)
         row["energy_j_per_step"] = _energy_per_step(runs, row.get("step_ms_median"))
         with_loss = [r for r in runs if _loss_curve(r)]
         source = ([r for r in with_loss if r.status == "ok"] or with_loss or [None])[-1]
@@ -462,18 +491,23 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         # Attach mode knows the run's own length (its max_steps) when none is asked for.
         planned = project_steps or max((r.started.get("max_steps") or 0 for r in runs), default=0)
         if planned and row.get("step_ms_median"):
-            row["projected_s"] = planned * row["step_ms_median"] / 1000.0
+            row["projected_s"] = planned * row["step_ms_median"] / 1000.0 + (row.get("compile_s") or 0.0)
         rows.append(row)
     _add_speedups(rows, boots_of)
     _add_loss_check(rows)
     _add_environment_changes(rows, groups)
     for row in rows:
         row["bound"], row["evidence"] = diagnose(row, rows)
-    rows.sort(key=lambda r: (r["machine"], r["effective_batch"], r["micro_batch"]))
+    _add_result_changes(rows)
+    rows.sort(key=lambda r: (r["machine"], r["effective_batch"], r["micro_batch"], sorted(r["varied"].items(), key=str)))
     for row in rows:
         for k in ("loss_curve", "_mu", "_k", "_var", "_df"):
             row.pop(k, None)
     return rows
+
+
+def varied_on(row: dict, name: str) -> bool:
+    return bool((row.get("varied") or {}).get(name))
 
 
 def _loss_curve(run: RunData) -> dict[int, float]:
@@ -542,7 +576,33 @@ def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
 
 
 def _key(row: dict) -> tuple:
-    return (row["machine"], row["effective_batch"], row["micro_batch"], row["grad_accum"], row["world_size"])
+    return (row["machine"], row["effective_batch"], row["micro_batch"], row["grad_accum"], row["world_size"],
+            tuple(sorted(row.get("varied", {}).items())))
+
+
+def _add_result_changes(rows: list[dict]) -> None:
+    """``changes_result``: why a trial does not compute what the others do (a setting that
+    changes the numerics by design, or a loss curve that departs beyond rounding), or None."""
+    for r in rows:
+        varied = r.get("varied") or {}
+        why = [f"{s} changes the numerics" for s in result_changing(varied)]
+        # A loss that departs is put on the trial that moved a setting away from its default;
+        # trials at the defaults differing only in the split keep a "check" note instead.
+        moved = [f"{k}={fmt(v)}" for k, v in varied.items() if v != KNOB_DEFAULTS.get(k)]
+        if r.get("loss_ok") is False and r.get("loss_note") and moved:
+            why.append(f"with {', '.join(moved)}, {r['loss_note']}")
+        r["changes_result"] = "; ".join(why) or None
+
+
+def sft_arguments(row: dict) -> dict[str, Any]:
+    """The ``SFTConfig`` arguments that run ``row``'s trial as tracetui measured it: the split,
+    and each speed setting at the value it ran with (defaults included, as TRL's differ)."""
+    values = dict(row.get("knob_values") or {})
+    values.update(row.get("varied") or {})
+    out: dict[str, Any] = {"per_device_train_batch_size": row["micro_batch"],
+                           "gradient_accumulation_steps": row["grad_accum"]}
+    out.update(knob_sft_args(values))
+    return out
 
 
 def _curve_gap(a: dict, b: dict) -> tuple[float, int | None]:
@@ -560,38 +620,73 @@ def _curve_gap(a: dict, b: dict) -> tuple[float, int | None]:
 
 
 def _add_loss_check(rows: list[dict]) -> None:
-    """Same seed and data order: every split of one effective batch should follow the same loss
-    curve. Every pair is compared over every step both measured (not one step, and not against
-    a median, which two splits that disagree would both sit next to). A split is flagged when it
-    disagrees with more than half of the others: with two splits, a disagreement flags both."""
+    """Same seed and data order: every trial of one effective batch should follow the same loss
+    curve, compared over every step both measured (not one step, and not against a median,
+    which two trials that disagree would both sit next to).
+
+    Splits at the same settings are compared with each other: a split is flagged when it
+    disagrees with more than half of the others (with two splits, a disagreement flags both).
+    A trial that moves a setting from its default (``--vary``) is compared with the trials at
+    the defaults (its own split's first): if it departs from them, the setting changed what
+    training computes."""
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("loss_curve"):
             by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     for group in by_group.values():
-        if len(group) < 2:
-            continue
         tol = max(LOSS_TOLERANCE.get(_mode(x.get("precision_used")), 0.01) for x in group)
-        gaps = {(i, j): _curve_gap(a["loss_curve"], b["loss_curve"])
-                for i, a in enumerate(group) for j, b in enumerate(group) if i != j}
-        gaps = {k: v for k, v in gaps.items() if v[1] is not None}  # pairs with common steps
-        outlier = {}
-        for i in range(len(group)):
-            mine = [(j, g) for (a, j), g in gaps.items() if a == i]
-            if mine:
-                outlier[i] = sum(1 for _j, (d, _at) in mine if d > tol) * 2 > len(mine)
-        for i, r in enumerate(group):
-            if i not in outlier:
+        same: dict[tuple, list[dict]] = {}
+        for r in group:
+            same.setdefault(tuple(sorted((r.get("varied") or {}).items(), key=str)), []).append(r)
+        for peers in same.values():
+            _majority_check(peers, tol)
+        reference = [r for r in group if _at_defaults(r)]
+        for r in group:
+            if _at_defaults(r) or not reference:
                 continue
-            refs = [(j, g) for (a, j), g in gaps.items() if a == i and not outlier.get(j)] or \
-                   [(j, g) for (a, j), g in gaps.items() if a == i]
-            j, (worst, at) = max(refs, key=lambda x: x[1][0])
+            own = [x for x in reference if x["split"] == r["split"]] or reference
+            ref = min(own, key=lambda x: _curve_gap(r["loss_curve"], x["loss_curve"])[0])
+            worst, at = _curve_gap(r["loss_curve"], ref["loss_curve"])
+            if at is None:
+                continue
             r["loss_drift_pct"] = 100.0 * worst if math.isfinite(worst) else None
-            r["loss_ok"] = not outlier[i]
-            if outlier[i]:
-                r["loss_note"] = (f"loss differs from {group[j]['split']}'s by "
+            if worst > tol:
+                r["loss_ok"] = False
+                r["loss_note"] = (f"loss differs from {ref['trial']}'s by "
                                   + (f"{100 * worst:.2f}%" if math.isfinite(worst) else "a non-finite value")
                                   + f" at step {at} (rounding allows {100 * tol:g}%)")
+            else:
+                r.setdefault("loss_ok", True)
+
+
+def _at_defaults(row: dict) -> bool:
+    return all(v == KNOB_DEFAULTS.get(k) for k, v in (row.get("varied") or {}).items())
+
+
+def _majority_check(group: list[dict], tol: float) -> None:
+    """Flag the trials (of one setting) whose loss curve disagrees with most of the others'."""
+    if len(group) < 2:
+        return
+    gaps = {(i, j): _curve_gap(a["loss_curve"], b["loss_curve"])
+            for i, a in enumerate(group) for j, b in enumerate(group) if i != j}
+    gaps = {k: v for k, v in gaps.items() if v[1] is not None}  # pairs with common steps
+    outlier = {}
+    for i in range(len(group)):
+        mine = [(j, g) for (a, j), g in gaps.items() if a == i]
+        if mine:
+            outlier[i] = sum(1 for _j, (d, _at) in mine if d > tol) * 2 > len(mine)
+    for i, r in enumerate(group):
+        if i not in outlier:
+            continue
+        refs = [(j, g) for (a, j), g in gaps.items() if a == i and not outlier.get(j)] or \
+               [(j, g) for (a, j), g in gaps.items() if a == i]
+        j, (worst, at) = max(refs, key=lambda x: x[1][0])
+        r["loss_drift_pct"] = 100.0 * worst if math.isfinite(worst) else None
+        r["loss_ok"] = not outlier[i]
+        if outlier[i]:
+            r["loss_note"] = (f"loss differs from {group[j]['trial']}'s by "
+                              + (f"{100 * worst:.2f}%" if math.isfinite(worst) else "a non-finite value")
+                              + f" at step {at} (rounding allows {100 * tol:g}%)")
 
 
 #: what a run's result depends on besides its settings: a change between runs of one sweep
@@ -761,7 +856,7 @@ def held_back(group: list[dict]) -> str | None:
     few = [r for r in group if r.get("too_few_steps")]
     if few:
         r = few[0]
-        return (f"too few steps for a verdict ({r['split']}: {r['steps_measured']} measured, "
+        return (f"too few steps for a verdict ({r['trial']}: {r['steps_measured']} measured, "
                 f"{MIN_INTERVAL_STEPS} needed for an interval)")
     busy = [r for r in group if r.get("busy")]
     if busy:
@@ -797,7 +892,7 @@ def verdict(rows: list[dict]) -> str:
             cap = fastest.get("memory_limit_gib") or fastest.get("mem_total_gib")
             mem = f"; peak memory {fastest['peak_mem_gib']:.1f}" + (f" of {_gib(cap)} GiB" if cap else " GiB")
         if len(group) == 1:
-            lines.append(f"{fastest['split']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}")
+            lines.append(f"{fastest['trial']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}")
             continue
         why = held_back(group)
         if why:
@@ -813,19 +908,30 @@ def verdict(rows: list[dict]) -> str:
                      and fastest["step_ms_ci_high"] < slowest["step_ms_ci_low"])
         if clear:
             ci = f" (95% CI {lo:.2f}-{hi:.2f}x)" if lo is not None else ""
-            lines.append(f"{fastest['split']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['split']}"
+            lines.append(f"{fastest['trial']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['trial']}"
                          f"{ci} at effective batch {eb}{where}{mem}")
         else:
             how = ("the speedup's interval includes 1" if fastest.get("ci_scope") == "runs"
                    else "intervals overlap")
-            lines.append(f"no clear difference between {fastest['split']} and {slowest['split']} "
+            lines.append(f"no clear difference between {fastest['trial']} and {slowest['trial']} "
                          f"at effective batch {eb}{where} ({how})")
     return " | ".join(lines)
 
 
-def recommendation(rows: list[dict]) -> str:
-    """The fastest split that fits with at least 10% memory headroom, per effective batch."""
-    out = []
+def recommendation(rows: list[dict], allow_result_changes: bool = False) -> str:
+    """The fastest trial that fits with at least 10% memory headroom and computes what the
+    others do (unless ``allow_result_changes``), per effective batch, with the ``SFTConfig``
+    arguments that run it."""
+    return " | ".join(text for _best, text in _recommend(rows, allow_result_changes))
+
+
+def recommended_rows(rows: list[dict], allow_result_changes: bool = False) -> list[dict]:
+    """The rows :func:`recommendation` recommends (one per machine and effective batch)."""
+    return [best for best, _text in _recommend(rows, allow_result_changes) if best is not None]
+
+
+def _recommend(rows: list[dict], allow_result_changes: bool):
+    """``(row or None, text)`` per machine and effective batch."""
     groups: dict[tuple, list[dict]] = {}
     unfinished = {(r["machine"], r["effective_batch"]) for r in rows
                   if r["status"] in ("queued", "warming up", "running")}
@@ -837,26 +943,45 @@ def recommendation(rows: list[dict]) -> str:
             continue  # no advice while splits of this effective batch are still running
         group = [r for r in group if r.get("loss_finite", True)]  # a run whose loss went NaN diverged
         if not group:
-            out.append(f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)")
+            yield None, f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)"
             continue
         why = held_back(group)
         if why:
-            out.append(f"effective batch {eb}: no recommendation ({why})")
+            yield None, f"effective batch {eb}: no recommendation ({why})"
             continue
         def fits(r):
             cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
             return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= 0.9 * cap
         ok = [r for r in group if fits(r)]
         if not ok:
-            out.append(f"effective batch {eb}: no split leaves 10% memory headroom")
+            yield None, f"effective batch {eb}: no split leaves 10% memory headroom"
             continue
-        best = min(ok, key=lambda r: r["step_ms_median"])
-        text = f"use {best['split']} for effective batch {eb}"
-        drift = [r for r in group if r.get("loss_ok") is False]
+        same = ok if allow_result_changes else [r for r in ok if not r.get("changes_result")]
+        if not same:
+            yield None, (f"effective batch {eb}: every trial that fits changes the result "
+                         "(--allow-result-changes to recommend one anyway)")
+            continue
+        best = min(same, key=lambda r: r["step_ms_median"])
+        text = f"use {best['trial']} for effective batch {eb}"
+        if best.get("changes_result"):
+            text += f" (it changes the result: {best['changes_result']})"
+        faster = [r for r in ok if r["step_ms_median"] < best["step_ms_median"] and r.get("changes_result")]
+        drift = [r for r in group if r.get("loss_ok") is False and not r.get("changes_result")]
         if drift:
-            text += f" (but check: {drift[0]['split']}'s {drift[0]['loss_note']})"
+            text += f" (but check: {drift[0]['trial']}'s {drift[0]['loss_note']})"
+        if faster:
+            f = min(faster, key=lambda r: r["step_ms_median"])
+            text += (f" ({f['trial']} is faster but changes the result: {f['changes_result']}; "
+                     "--allow-result-changes to recommend it)")
+        if best.get("varied"):
+            args = sft_arguments(best)
+            keep = {"per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing"}
+            keep |= {k for name, v in best["varied"].items() for k in KNOBS[name].sft(v)}
+            text += "; in SFTConfig: " + ", ".join(f"{k}={v!r}" for k, v in args.items() if k in keep)
+            model = {k: v for name, v in best["varied"].items() for k, v in KNOBS[name].model(v).items()}
+            if model:
+                text += "; loading the model: " + ", ".join(f"{k}={v!r}" for k, v in model.items())
         proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
         if proj:
-            text += " (" + "; ".join(f"{r['split']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
-        out.append(text)
-    return " | ".join(out)
+            text += " (" + "; ".join(f"{r['trial']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
+        yield best, text

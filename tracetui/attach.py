@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from .events import RUN_FINISHED, RUN_STARTED, dumps, make, parse_line
+from .knobs import SHORT
+from .trial import Trial
 
 #: the longest line (one event) a listener accepts, in bytes
 MAX_LINE = 64 * 1024
@@ -361,9 +363,9 @@ def _make_trace_callback():
             device = "cuda" if self.cuda else "cpu"
             env = environment(device) if device == "cpu" or _cuda_ready() else {"device": device}
             self._t0 = time.time()
-            self._emit(make(RUN_STARTED, self.run_id, label=f"{mb}x{ga}" + (f"x{world}" if world > 1 else ""),
-                            micro_batch=mb, grad_accum=ga, effective_batch=mb * ga * world,
-                            world_size=world, rank=rank, pid=os.getpid(), env=env, mode="attach",
+            trial = Trial(mb, ga, world, _varied_from_sweep())
+            self._emit(make(RUN_STARTED, self.run_id, label=trial.label(SHORT), **trial.fields(),
+                            rank=rank, pid=os.getpid(), env=env, mode="attach",
                             config={"steps": int(state.max_steps or 0), "warmup": self.warmup},
                             max_steps=int(state.max_steps or 0)))
             self._emit(self.settings_event())  # the script's own settings, as its trainer has them
@@ -419,6 +421,19 @@ def _make_trace_callback():
                 pass
 
     return TraceCallback
+
+
+#: the varied settings of the trial a ``tracetui sweep`` runs this script as (JSON object)
+VARIED_ENV = "TRACETUI_VARIED"
+
+
+def _varied_from_sweep() -> dict:
+    """The trial's varied settings, as ``tracetui sweep`` set them on the script's command line."""
+    try:
+        varied = json.loads(os.environ.get(VARIED_ENV) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): v for k, v in varied.items() if isinstance(v, (str, int, float, bool))} if isinstance(varied, dict) else {}
 
 
 def _stop_rule_from_env():

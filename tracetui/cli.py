@@ -239,6 +239,8 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         _check_writable(ns.output, "--output")
     if getattr(ns, "steps_csv", None):
         _check_writable(ns.steps_csv, "--steps-csv")
+    if cfg.emit_config:
+        _check_writable(cfg.emit_config, "--emit-config")
     if deep:
         validate_deep(cfg)
     if not getattr(ns, "dry_run", False):
@@ -274,12 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted before any run started", EXIT_INTERRUPTED)
     if getattr(ns, "dry_run", False):
-        from .runner.sweep import plan_runs
+        from .plan import dry_run_lines, make_planner
 
-        ws = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
-        for n, (split, rep) in enumerate(plan_runs(cfg, splits), 1):
-            print(f"run {n}: {split.label}{ws} (effective batch {split.effective_batch * cfg.world_size}"
-                  + (f", repeat {rep + 1}" if cfg.repeats > 1 else "") + f"), {'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps, {cfg.model}")
+        for line in dry_run_lines(make_planner(cfg, splits), cfg):
+            print(line)
         return EXIT_OK
     sweep = None
     if cfg.world_size > 1:
@@ -291,6 +291,24 @@ def main(argv: list[str] | None = None) -> int:
     from .tui.app import run_app
 
     return run_app(cfg, splits, ns, sweep=sweep)
+
+
+def emit_recommendation(rows: list[dict], cfg: SweepConfig) -> str:
+    """``--emit-config``: write the recommended trial as a TRL config file; say what happened."""
+    if not cfg.emit_config:
+        return ""
+    from .analysis import recommended_rows
+    from .emit import write_trl_config
+
+    best = recommended_rows(rows, cfg.allow_result_changes)
+    if not best:
+        return f"no recommendation, so {cfg.emit_config} was not written"
+    try:
+        write_trl_config(cfg.emit_config, best[0], cfg)
+    except OSError as exc:
+        return f"error: cannot write {cfg.emit_config} ({exc.strerror or exc}); the summary is written"
+    more = f" (the first of {len(best)} effective batches)" if len(best) > 1 else ""
+    return f"TRL config for {best[0]['trial']}{more} in {cfg.emit_config}: trl sft --config {cfg.emit_config}"
 
 
 def progress_printer(total_runs: int, steps: int):
@@ -310,6 +328,9 @@ def progress_printer(total_runs: int, steps: int):
             env = e.get("env") or {}
             where = env.get("gpu_name") or "CPU"
             of = f"/{total_runs}" if total_runs else ""
+            if e.get("mode") == "not started":  # skipped or unavailable: its reason follows
+                say(f"[{state['n']}{of}] {label}: not started")
+                return
             say(f"[{state['n']}{of}] {label}: started on {where} (pid {e.get('pid')})")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
@@ -403,20 +424,24 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
 
     results = Results()
     # A script sweep's step count is the script's own (it arrives with each run_started).
-    printer = progress_printer(len(splits) * cfg.repeats, 0 if getattr(sweep, "cmd", None) else cfg.steps)
+    if sweep is None:
+        sweep = Sweep(cfg, splits)
+        signals.stop = sweep.stop
+    planned = sweep.planned()
+    printer = progress_printer(len(planned) if planned is not None else 0,
+                               0 if getattr(sweep, "cmd", None) else cfg.steps)
 
     def on_event(e: dict) -> None:
         results.add(e)
         printer(e)
 
-    if sweep is None:
-        sweep = Sweep(cfg, splits)
-        signals.stop = sweep.stop
     sweep.on_event = on_event
     ns.default_output = default_output(sweep.log.path, _fmt(ns))
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
-    say(f"tracetui: {len(sweep.plan)} run(s); events -> {sweep.log.path}")
+    planned = sweep.planned()
+    say(f"tracetui: {f'{len(planned)} run(s)' if planned is not None else 'runs decided as it goes'} "
+        f"({sweep.planner.name}); events -> {sweep.log.path}")
     if signals.signum:  # came while the sweep was being set up
         sweep.stop()
     try:
@@ -431,9 +456,12 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     line = verdict(rows)
     if line:
         say(f"tracetui: {line}")
-    for extra in (recommendation(rows), scope_note(rows)):
+    for extra in (recommendation(rows, cfg.allow_result_changes), scope_note(rows)):
         if extra:
             say(f"tracetui: {extra}")
+    emitted = emit_recommendation(rows, cfg)
+    if emitted:
+        say(f"tracetui: {emitted}")
     if sweep.log.incomplete:
         say(f"tracetui: error: {sweep.log.incomplete_message()}")
     same = getattr(sweep, "same_failure", None)

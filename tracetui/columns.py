@@ -15,6 +15,7 @@ from typing import Any, Callable
 from rich.text import Text
 
 from .analysis import fmt_duration
+from .knobs import KNOBS
 from .phases import PHASES
 from .probe.settings import SETTING_COLUMNS
 
@@ -26,7 +27,7 @@ def fmt(v: Any, spec: str = ".1f", dash: str = "-") -> str:
 STATUS_STYLE = {
     "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
     "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",
-    "stalled": "bold red",
+    "stalled": "bold red", "unavailable": "yellow", "skipped": "dim",
 }
 
 
@@ -55,7 +56,7 @@ def _bold(row: dict) -> str:
 
 
 def _split(row: dict, ctx: dict) -> Text:
-    name = row["split"]
+    name = row.get("trial") or row["split"]
     if ctx.get("multi_eb"):
         name = f"{name} (eb {row['effective_batch']})"
     if ctx.get("multi_machine"):
@@ -129,6 +130,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("machine", help="GPU model (or CPU) the runs used"),
     Column("effective_batch"), Column("micro_batch"), Column("grad_accum"), Column("world_size"),
     Column("split", "split", cell=_split),
+    Column("trial", help="the split and the values of the settings varied (--vary)"),
     Column("status", "status", cell=_status),
     Column("step_ms_median", "step ms", cell=_step, unit="ms",
            help="median step (of a typical run when there are several)"),
@@ -141,6 +143,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("speedup_vs_slowest"), Column("speedup_ci_low"), Column("speedup_ci_high"),
     Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
     Column("peak_mem_gib", "peak GiB", spec=".2f", unit="GiB"), Column("mem_total_gib", unit="GiB"),
+    Column("predicted_mem_gib", "pred GiB", spec=".2f", unit="GiB",
+           help="peak memory the search predicted before the trial started (--search)"),
+    Column("why", help="why the planner ran or skipped the trial"),
     Column("energy_j_per_step", "J/step", spec=".0f", unit="J"),
     Column("final_loss", "loss", cell=_loss), Column("loss_drift_pct", unit="%"), Column("loss_ok"),
     Column("steps_measured", "steps", cell=_steps),
@@ -158,6 +163,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("too_few_steps"), Column("busy", help="why a run counts as taken on a busy machine"),
     Column("other_cpu_cores", help="CPU cores other processes used while the steps were measured (most of any run)"),
     Column("env_changed"), Column("loss_note"),
+    Column("changes_result", help="why this trial does not compute what the others do (never recommended "
+                                  "unless --allow-result-changes)"),
+    Column("first_step_ms", unit="ms", help="the first (warm-up) step: one-off costs, compiling included"),
+    Column("compile_s", unit="s", help="torch.compile's time: the first step beyond an ordinary one"),
+    # settings varied that the read-back below does not name
+    *(Column(name, help=f"--vary {name}: the value asked for") for name in KNOBS if name not in SETTING_COLUMNS),
     # what the trainer really ran with, read back from it
     Column("activation_checkpointing", "ckpt", cell=_ckpt),
     *(Column(name) for name in SETTING_COLUMNS if name != "activation_checkpointing"),
@@ -185,4 +196,5 @@ def check_rows(rows: list[dict]) -> list[str]:
 
 #: row fields that are for the program, not for a table (the read-back settings as one dict,
 #: intermediate values of the analysis)
-_INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite"}
+_INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
+             "varied", "knob_values"}

@@ -7,18 +7,23 @@ wrong and how to fix it; the CLI prints it on one line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import tomllib
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .knobs import KNOBS, fmt, knob_named
 from .presets import PRESETS
+from .trial import Trial
 
 DATA_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text",
                  ".csv": "csv"}
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+#: built-in data sets: random tokens, every row --seq-len long, or of chat-like lengths
+SYNTHETIC = ("synthetic", "synthetic-ragged")
 
 
 class ConfigError(ValueError):
@@ -32,24 +37,8 @@ class ConfigError(ValueError):
         super().__init__(msg)
 
 
-@dataclass(frozen=True)
-class Split:
-    """One physical shape of an effective batch: micro-batch x gradient-accumulation steps."""
-
-    micro_batch: int
-    grad_accum: int
-
-    @property
-    def effective_batch(self) -> int:
-        return self.micro_batch * self.grad_accum
-
-    @property
-    def label(self) -> str:
-        return f"{self.micro_batch}x{self.grad_accum}"
-
-
 def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = None, negatable: bool = False,
-            metavar: str | None = None, const: Any = None, show_default: bool = True) -> Any:
+            metavar: str | None = None, const: Any = None, show_default: bool = True, append: bool = False) -> Any:
     """One sweep setting, declared once: its default, type, help and flag. The TOML key, the
     flag, its coercion and ``--help`` are all derived from this (:func:`add_arguments`,
     :func:`from_mapping`). ``kind``: the value's type (default: the default's); ``flag``: a
@@ -57,7 +46,7 @@ def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = Non
     ``const``: the value of the flag given without one."""
     kind = kind or type(default)
     meta = dict(help=help, kind=kind, flag=flag, negatable=negatable, metavar=metavar, const=const,
-                show_default=show_default, nullable=default is None)
+                show_default=show_default, nullable=default is None, append=append)
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -66,7 +55,9 @@ def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = Non
 @dataclass
 class SweepConfig:
     model: str = setting("tiny", f"preset ({', '.join(PRESETS)}), hub id or local directory")
-    dataset: str = setting("synthetic", "synthetic, a hub id, or a .json/.jsonl/.parquet/.txt/.csv file")
+    dataset: str = setting("synthetic", "synthetic (rows of exactly --seq-len tokens), synthetic-ragged (rows of "
+                                        "chat-like lengths up to --seq-len), a hub id, or a .json/.jsonl/.parquet/"
+                                        ".txt/.csv file")
     dataset_split: str = setting("train", "split of a hub/file data set")
     text_field: str = setting("text", "column holding the text")
     seq_len: int = setting(256, "tokens per row")
@@ -87,6 +78,26 @@ class SweepConfig:
     precision: str = setting("auto", "auto (bf16 on a GPU that has it, else fp32), bf16, fp16, fp32")
     activation_checkpointing: bool = setting(False, "recompute activations in backward (saves memory; passed "
                                                     "to the trainer both ways)", negatable=True)
+    # Speed settings that leave training the same (tracetui.knobs): each is passed to the trainer
+    # explicitly, at its default too, and can be compared with --vary NAME=v1,v2.
+    attn_implementation: str = setting("sdpa", "attention kernel: sdpa, eager, flex_attention, flash_attention_2")
+    liger: bool = setting(False, "Liger's fused kernels (needs liger-kernel and a GPU)", negatable=True)
+    torch_compile: bool = setting(False, "torch.compile the model (compile time shown apart)", negatable=True)
+    padding_free: bool = setting(False, "TRL padding-free batches", negatable=True)
+    loss_type: str = setting("nll", "TRL loss_type")
+    dataloader_workers: int = setting(0, "data-loading processes")
+    pin_memory: bool = setting(True, "pinned host memory for batches", negatable=True)
+    optim: str = setting("adamw_torch_fused", "optimizer (transformers' name)")
+    qlora: bool = setting(False, "4-bit (NF4) base model: QLoRA; changes the numerics (needs bitsandbytes "
+                                 "and a GPU)", negatable=True)
+    vary: list[str] = setting([], "compare values of a setting: NAME=v1,v2 (repeatable; names: "
+                                  "activation_checkpointing, attn_implementation, liger, torch_compile, "
+                                  "padding_free, loss_type, dataloader_workers, pin_memory, optim, qlora)",
+                              kind=list, metavar="NAME=V1,V2", append=True, show_default=False)
+    allow_result_changes: bool = setting(False, "let the recommendation be a setting that changes what "
+                                                "training computes (QLoRA, a loss that departs)")
+    emit_config: str = setting("", "write the recommendation as a TRL config file that `trl sft --config FILE` "
+                                   "reads", metavar="FILE.yaml", show_default=False)
     lr: float = setting(2e-4, "learning rate")
     seed: int = setting(42, "seed for weights, LoRA init and data order")
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
@@ -101,6 +112,9 @@ class SweepConfig:
               "interval is clear of every split measured before it (cheapest split first); --steps is then "
               "the most steps a split may take", kind=float, metavar="PCT", const=2.0)
     min_steps: int = setting(10, "measured steps before --until-confident may stop")
+    search: bool = setting(False, "search for the fastest split rather than run every one: memory probes, the "
+                                  "largest micro-batch predicted to fit, its neighbours (the default above 6 runs)")
+    grid: bool = setting(False, "run every split (the reference the search is checked against)")
     gpus: str = setting("", "run different splits at the same time, one run per GPU", metavar="0,1,...",
                         show_default=False)
     nproc_per_node: int = setting(1, "launch each run with torchrun as DDP over N processes; a split is then "
@@ -120,27 +134,75 @@ class SweepConfig:
     def gpu_list(self) -> list[int]:
         return [int(g) for g in self.gpus.split(",") if g.strip()] if self.gpus.strip() else []
 
-    def split_list(self) -> list[Split]:
+    def split_list(self) -> list[Trial]:
         """Every split to run, in the order given (``auto`` = all divisor pairs, smallest
         micro-batch first), for every effective batch. Under data parallelism a split is per
         rank: micro-batch x accumulation x world size makes the (global) effective batch."""
-        out: list[Split] = []
+        out: list[Trial] = []
         ws = self.world_size
         if self.splits == "auto":
             for eb in self.effective_batch:
                 per_rank = eb // ws if eb % ws == 0 else 0
                 for mb in range(1, per_rank + 1):
                     if per_rank % mb == 0 and (self.max_micro_batch is None or mb <= self.max_micro_batch):
-                        out.append(Split(mb, per_rank // mb))
+                        out.append(Trial(mb, per_rank // mb, ws))
         else:
-            out = [parse_split(s) for s in self.splits.split(",") if s.strip()]
+            out = [Trial(s.micro_batch, s.grad_accum, ws) for s in
+                   (parse_split(t) for t in self.splits.split(",") if t.strip())]
         return out
+
+    def varied(self) -> dict[str, list[Any]]:
+        """``--vary`` as knob name -> the values to compare, checked (:class:`ConfigError`)."""
+        return parse_vary(self.vary)
+
+    def trial_list(self) -> list[Trial]:
+        """Every trial: each split crossed with every combination of the varied settings."""
+        varied = self.varied()
+        combos = [tuple(zip(varied, values)) for values in itertools.product(*varied.values())] or [()]
+        return [t.with_settings(c) for t in self.split_list() for c in combos]
+
+    def for_trial(self, trial: Trial) -> "SweepConfig":
+        """This config with ``trial``'s varied settings applied (what its run trains with)."""
+        return replace(self, **trial.settings_dict, vary=[])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def parse_split(text: str) -> Split:
+#: each speed setting's default: what a setting left alone is
+KNOB_DEFAULTS: dict[str, Any] = {name: getattr(SweepConfig(), name) for name in KNOBS}
+
+
+def parse_vary(items: list[str]) -> dict[str, list[Any]]:
+    """``["attn=sdpa,eager", ...]`` as knob name -> values, in the order given."""
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        name, sep, values = str(item).partition("=")
+        knob = knob_named(name)
+        if not sep or knob is None:
+            raise ConfigError("--vary", f"{item!r} is not NAME=V1,V2 with a setting tracetui can vary",
+                              f"use one of {', '.join(KNOBS)}, e.g. --vary attn_implementation=sdpa,eager")
+        if knob.name in out:
+            raise ConfigError("--vary", f"{knob.name} is varied twice", "give its values once, comma-separated")
+        vals: list[Any] = []
+        for raw in values.split(","):
+            if not raw.strip():
+                continue
+            try:
+                v = knob.coerce(raw)
+            except ValueError as exc:
+                raise ConfigError("--vary", f"{knob.name}: {exc}",
+                                  f"give values like {', '.join(fmt(v) for v in (knob.values or ())[:3]) or '...'}") from None
+            if v not in vals:
+                vals.append(v)
+        if len(vals) < 2:
+            raise ConfigError("--vary", f"{knob.name} needs at least two different values to compare, got {values!r}",
+                              f"e.g. --vary {knob.name}=" + ",".join(fmt(v) for v in (knob.values or ("a", "b"))[:2]))
+        out[knob.name] = vals
+    return out
+
+
+def parse_split(text: str) -> Trial:
     parts = text.strip().lower().split("x")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
         raise ConfigError("--splits", f"{text.strip()!r} is not MICROxACCUM",
@@ -149,7 +211,7 @@ def parse_split(text: str) -> Split:
     if mb < 1 or ga < 1:
         raise ConfigError("--splits", f"{text.strip()!r} has a zero factor",
                           "both micro-batch and accumulation must be at least 1")
-    return Split(mb, ga)
+    return Trial(mb, ga)
 
 
 def _int_list(name: str, value: Any) -> list[int]:
@@ -228,9 +290,24 @@ def from_mapping(values: dict[str, Any], base: SweepConfig | None = None) -> Swe
             setattr(cfg, key, _int_list("--effective-batch", value))
         elif key == "splits" and isinstance(value, list):
             setattr(cfg, key, ",".join(str(v) for v in value))
+        elif key == "vary":
+            setattr(cfg, key, _vary_items(value))
         else:
             setattr(cfg, key, _coerce(key, value, _TYPES[key]))
     return cfg
+
+
+def _vary_items(value: Any) -> list[str]:
+    """``vary`` from flags (a list of NAME=V1,V2), or TOML (that list, or a table of
+    name = [values])."""
+    if isinstance(value, dict):
+        return [f"{k}=" + ",".join(fmt(v) for v in (vs if isinstance(vs, list) else [vs])) for k, vs in value.items()]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError("vary", f"{value!r} is not a list of NAME=V1,V2",
+                      'write vary = ["attn_implementation=sdpa,eager"] or [sweep.vary] attn_implementation = ["sdpa", "eager"]')
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -248,7 +325,7 @@ def load_toml(path: str) -> dict[str, Any]:
         raise ConfigError("--config", f"{path}: sweep must be a table ([sweep]), not a value",
                           "write [sweep] on a line of its own, with the settings below it")
     for key, value in data.items():
-        if key != "sweep" and isinstance(value, dict):
+        if key not in ("sweep", "vary") and isinstance(value, dict):
             raise ConfigError("--config", f"{path}: [{key}] is not a table tracetui reads",
                               "put the settings under [sweep] or at the top level")
     if "sweep" in data:
@@ -260,7 +337,7 @@ def load_toml(path: str) -> dict[str, Any]:
     return dict(data)
 
 
-def validate(cfg: SweepConfig) -> list[Split]:
+def validate(cfg: SweepConfig) -> list[Trial]:
     """Check everything that needs no heavy import. Return the splits to run."""
     for name in ("seq_len", "steps", "repeats", "lora_r", "lora_alpha"):
         if getattr(cfg, name) < 1:
@@ -305,6 +382,11 @@ def validate(cfg: SweepConfig) -> list[Split]:
         if cfg.warmup + cfg.min_steps > cfg.steps:
             raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
                               "raise --steps (the most steps a split may take) or lower --min-steps")
+    if cfg.search and cfg.grid:
+        raise ConfigError("--search", "and --grid both given", "give one: --search finds the fastest split, "
+                          "--grid runs every split")
+    if cfg.search and cfg.world_size > 1:
+        raise ConfigError("--search", "does not search data-parallel runs yet", "use --grid with --nproc-per-node")
     if cfg.stall_timeout is not None and not (cfg.stall_timeout > 0):
         raise ConfigError("--stall-timeout", f"must be a positive number of seconds, got {cfg.stall_timeout}", "give e.g. 300")
     if not (0 < cfg.sample_hz <= 100):
@@ -352,20 +434,28 @@ def validate(cfg: SweepConfig) -> list[Split]:
     seen = set()
     ws = cfg.world_size
     for s in splits:
-        if s.effective_batch * ws not in allowed:
+        if s.effective_batch not in allowed:
             want = ", ".join(str(e) for e in sorted(allowed))
+            per_rank = f"{s.micro_batch}x{s.grad_accum}"
             times = f" x {ws} ranks" if ws > 1 else ""
-            raise ConfigError("--splits", f"{s.label}{times} multiplies to {s.effective_batch * ws}, not an effective batch ({want})",
+            raise ConfigError("--splits", f"{per_rank}{times} multiplies to {s.effective_batch}, not an effective batch ({want})",
                               "give splits whose product is an --effective-batch, or add it there")
         if s in seen:
-            raise ConfigError("--splits", f"{s.label} is listed twice", "give each split once")
+            raise ConfigError("--splits", f"{s.split} is listed twice", "give each split once")
         seen.add(s)
         if cfg.max_micro_batch is not None and s.micro_batch > cfg.max_micro_batch:
-            raise ConfigError("--splits", f"{s.label} has micro-batch {s.micro_batch} above --max-micro-batch {cfg.max_micro_batch}",
+            raise ConfigError("--splits", f"{s.split} has micro-batch {s.micro_batch} above --max-micro-batch {cfg.max_micro_batch}",
                               "drop it or raise --max-micro-batch")
-    if len(splits) * cfg.repeats > 1000:
-        raise ConfigError("--splits", f"{len(splits) * cfg.repeats} runs is too many", "sweep fewer splits or repeats")
-    return splits
+    for name, knob in KNOBS.items():
+        try:
+            knob.coerce(getattr(cfg, name))
+        except ValueError as exc:
+            raise ConfigError("--" + name.replace("_", "-"), str(exc), knob.help) from None
+    trials = cfg.trial_list()
+    if len(trials) * cfg.repeats > 1000:
+        raise ConfigError("--splits", f"{len(trials) * cfg.repeats} runs is too many",
+                          "sweep fewer splits, varied values or repeats")
+    return trials
 
 
 def model_kind(model: str) -> str:
@@ -378,7 +468,7 @@ def model_kind(model: str) -> str:
 
 
 def dataset_kind(dataset: str) -> str:
-    if dataset == "synthetic":
+    if dataset in SYNTHETIC:
         return "synthetic"
     if (Path(dataset).suffix.lower() in DATA_SUFFIXES or os.path.exists(dataset)
             or dataset.startswith((".", "/", "~"))):
@@ -516,6 +606,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 g.add_argument("--no-" + flag[2:], dest=f.name, action="store_false", default=S)
             continue
         extra = {"nargs": "?", "const": m["const"]} if m["const"] is not None else {}
+        if m["append"]:
+            extra = {"action": "append"}
         g.add_argument(flag, dest=f.name, default=S, metavar=m["metavar"], help=help_text, **extra)
 
 

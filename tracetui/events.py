@@ -26,9 +26,13 @@ RUN_FINISHED = "run_finished"
 RUN_FAILED = "run_failed"
 #: what the trainer really runs with, read back once it is built (:mod:`tracetui.probe.settings`)
 RUN_SETTINGS = "run_settings"
+#: what a trial's process is doing before its first step (``stage``), and since when
+RUN_STAGE = "run_stage"
 
-#: Failure kinds a run can end with.
-FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled")
+#: Failure kinds a run can end with. ``unavailable``: a varied setting cannot run here (a
+#: package missing, a kernel this device lacks, a compile that fails); ``skipped``: a planner
+#: decided not to start it (predicted not to fit in memory)
+FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
 
 _NUM = (int, float)
 _NONE = type(None)
@@ -47,6 +51,7 @@ _REQUIRED: dict[str, dict[str, tuple[Any, ...]]] = {
     RUN_FINISHED: {},
     RUN_FAILED: {"kind": (str,), "message": (str,)},
     RUN_SETTINGS: {"settings": (OBJ,)},
+    RUN_STAGE: {"stage": (str,), "elapsed_s": _NUM},
 }
 
 # Optional fields per event type, checked the same way when present. Fields not listed here are
@@ -57,7 +62,7 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         "effective_batch": (int,), "world_size": (int,), "repeat": (int,), "pid": (int, _NONE),
         "rank": (int,), "precision": (str, _NONE), "env": (OBJ,), "config": (OBJ,),
         "settings": (OBJ,), "quiet": (OBJ, _NONE), "gpu": (int, _NONE), "log_path": (str, _NONE),
-        "mode": (str,), "max_steps": (int, _NONE),
+        "mode": (str,), "max_steps": (int, _NONE), "varied": (OBJ,), "why": (str,),
     },
     STEP: {
         "host_ms": _NUM, "data_ms": _NUM, "optimizer_ms": _NUM, "other_ms": _NUM,
@@ -79,6 +84,7 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
     },
     RUN_FAILED: {"rank": (int,)},
     RUN_SETTINGS: {"rank": (int,)},
+    RUN_STAGE: {"rank": (int,), "stages": (OBJ,)},
 }
 
 #: keys inside nested objects that tracetui reads, typed like fields (others: plain values)
@@ -94,7 +100,7 @@ _AT_LEAST = {"micro_batch": 1, "grad_accum": 1, "world_size": 1, "effective_batc
              "rank": 0, "gpu_index": 0, "gpu": 0, "repeat": 0, "tokens": 0, "samples": 0}
 
 #: a split label as tracetui writes them (``2x2``, ``2x2x4``): no markup, no control characters
-_LABEL = re.compile(r"[A-Za-z0-9._#@:+-]{1,64}")
+_LABEL = re.compile(r"[A-Za-z0-9._#@:+=, -]{1,120}")
 
 #: how deep unlisted fields and nested objects may go (JSON objects/lists inside each other)
 _MAX_DEPTH = 4
@@ -195,7 +201,8 @@ def validate(event: Any) -> dict:
         elif not _plain(value, _MAX_DEPTH):
             raise SchemaError(f"{etype}.{name} is nested too deep or holds a number that is not finite")
     if etype == RUN_STARTED and not _LABEL.fullmatch(event["label"]):
-        raise SchemaError("run_started.label must be a split like 2x2 (letters, digits, . _ - # @ :)")
+        raise SchemaError("run_started.label must be a trial like 2x2 or 2x2 attn=eager (letters, digits, "
+                          "spaces, . _ - # @ : + = ,)")
     if etype == RUN_FAILED and event["kind"] not in FAIL_KINDS:
         raise SchemaError(f"run_failed.kind must be one of {', '.join(FAIL_KINDS)}")
     return event

@@ -393,7 +393,7 @@ def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
     if getattr(cfg, "search", False):
         return True, ""
     runs = len(trials) * cfg.repeats
-    if runs > HANDFUL and cfg.splits == "auto" and cfg.world_size == 1:
+    if runs > HANDFUL and cfg.splits == "auto" and cfg.world_size == 1 and not cfg.vary:
         return True, (f"searching rather than running all {runs} runs (the grid): memory probes, then the largest "
                       "micro-batch predicted to fit and its neighbours; --grid runs every split")
     return False, ""

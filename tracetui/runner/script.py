@@ -23,44 +23,58 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..config import ConfigError, Split, SweepConfig
+from ..config import ConfigError, SweepConfig
 from ..events import RUN_FAILED, RUN_FINISHED, make
+from ..knobs import KNOBS, script_args
+from ..plan import Planner, RunSpec
 from ..store import EventLog
-from .sweep import KILL_AFTER_S, OWNER_ENV, Planned, RunSpec, StallClock, die_with_this_process, launch, new_sweep_id
+from ..trial import Trial
+from .sweep import KILL_AFTER_S, OWNER_ENV, StallClock, SweepBase, die_with_this_process, launch, new_sweep_id
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
 
 
-def check_command(cmd: list[str]) -> None:
-    """Refuse a command line that already fixes what the sweep sets per split."""
+def check_command(cmd: list[str], varied: dict | None = None) -> None:
+    """Refuse a command line that already fixes what the sweep sets per trial, and a varied
+    setting that cannot be set on a script from outside."""
     if not cmd:
         raise ConfigError("sweep", "no training command given", "write it after --, e.g. -- python train.py")
+    owned = list(SPLIT_FLAGS)
+    for name in varied or {}:
+        knob = KNOBS[name]
+        if knob.script is None:
+            raise ConfigError("--vary", f"{name} cannot be set on a script from outside",
+                              "set it in the script, or compare it with tracetui's own sweep")
+        owned += [a for a in knob.script(next(iter(varied[name]))) if a.startswith("--")]
     for arg in cmd:
         flag = arg.split("=", 1)[0]
-        for name in SPLIT_FLAGS:
+        for name in owned:
             if flag in (name, name.replace("_", "-")):
                 raise ConfigError("sweep", f"the script's command line already sets {flag}",
-                                  "remove it: tracetui sets it for each split")
+                                  "remove it: tracetui sets it for each trial")
 
 
-class ScriptSweep(Planned):
-    def __init__(self, cfg: SweepConfig, splits: list[Split], cmd: list[str],
-                 on_event: Callable[[dict], None] | None = None):
+def script_notes(varied: dict) -> list[str]:
+    """What to know about the varied settings' flags on a user's script (one line each)."""
+    return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
+
+
+class ScriptSweep(SweepBase):
+    def __init__(self, cfg: SweepConfig, trials: list[Trial], cmd: list[str],
+                 on_event: Callable[[dict], None] | None = None, planner: Planner | None = None):
         from ..attach import SocketListener
 
-        check_command(cmd)
-        self.cfg = cfg
+        check_command(cmd, cfg.varied())
         self.cmd = cmd
         self.on_event = on_event
         self.sweep_id = new_sweep_id()
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
-        self.id_suffix = f"x{cfg.world_size}" if cfg.world_size > 1 else ""
-        self._make_plan(splits)
-        self.warnings: list[str] = []
+        self._setup(cfg, trials, planner)
+        self.warnings: list[str] = script_notes(cfg.varied())
         self._lock = threading.RLock()
-        self._final: dict[str, str] = {}
+        self._final: dict[str, tuple[str, str]] = {}
         self._clock: tuple[str, StallClock] | None = None  # the running run's progress
         self._stalled: set[str] = set()
         # A private socket: its folder is made 0700 by the listener, and removed on every way out
@@ -73,10 +87,7 @@ class ScriptSweep(Planned):
         except BaseException:
             self._remove_sockdir()
             raise
-        self._stop = threading.Event()
         self._proc: subprocess.Popen | None = None
-        self.interrupted = False
-        self.outcomes: dict[str, str] = {}
 
     def _emit(self, event: dict) -> None:
         with self._lock:
@@ -89,40 +100,33 @@ class ScriptSweep(Planned):
     def _record(self, event: dict) -> None:
         with self._lock:
             if event["type"] in (RUN_FINISHED, RUN_FAILED) and event.get("rank", 0) == 0:
-                self._final[event["run_id"]] = "ok" if event["type"] == RUN_FINISHED else event["kind"]
+                self._final[event["run_id"]] = (("ok", "") if event["type"] == RUN_FINISHED
+                                                else (event["kind"], event.get("message", "")))
+            self._track(event)
             self.log.append(event)
-            self.measured.observe(event)
             if self.on_event is not None:
                 self.on_event(event)
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def current_pids(self) -> list[int]:
-        p = self._proc
-        return [p.pid] if p is not None and p.poll() is None else []
-
     def command_for(self, spec: RunSpec) -> list[str]:
-        return self.cmd + [SPLIT_FLAGS[0], str(spec.split.micro_batch), SPLIT_FLAGS[1], str(spec.split.grad_accum)]
-
-    def run(self, only: list[RunSpec] | None = None) -> dict[str, str]:
-        for spec in (only or self.plan):
-            if self._stop.is_set():
-                break
-            self.outcomes[spec.run_id] = self._run_one(spec)
-        self.interrupted = self._stop.is_set()
-        return self.outcomes
+        t = spec.trial
+        return (self.cmd + [SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)]
+                + script_args(t.settings_dict))
 
     def _run_one(self, spec: RunSpec) -> str:
+        status, message = self._supervise(spec)
+        self._finished(spec, status, message)
+        return status
+
+    def _supervise(self, spec: RunSpec) -> tuple[str, str]:
         inject = str(Path(__file__).resolve().parent.parent / "inject")
         pkg_root = str(Path(__file__).resolve().parent.parent.parent)
         env = dict(os.environ, TRACETUI_SOCKET=self.socket_path, TRACETUI_RUN_ID=spec.run_id,
+                   TRACETUI_VARIED=json.dumps(spec.trial.settings_dict),
                    TRACETUI_WARMUP=str(self.cfg.warmup), PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([inject, pkg_root] + ([os.environ["PYTHONPATH"]]
                                                                     if os.environ.get("PYTHONPATH") else [])))
         if self.cfg.until_confident is not None:
-            with self._lock:
-                refs = self.measured.references(spec.split, self.cfg.min_steps)
+            refs = self.references(spec)
             env.update(TRACETUI_UNTIL_CONFIDENT=f"{self.cfg.until_confident}:{self.cfg.min_steps}",
                        TRACETUI_REFERENCES=json.dumps(refs))
         cmd = self.command_for(spec)
@@ -165,7 +169,7 @@ class ScriptSweep(Planned):
             self._clock = None
         if stalled:
             self._record(make(RUN_FAILED, spec.run_id, kind="stalled", message=stalled))
-            return "stalled"
+            return "stalled", stalled
         if final is not None:
             return final
         code = proc.returncode
@@ -173,7 +177,7 @@ class ScriptSweep(Planned):
         if self._stop.is_set():
             kind, msg = "interrupted", "stopped by the sweep"
         elif re.search(r"OutOfMemoryError|CUDA out of memory", tail):
-            kind, msg = "oom", f"out of memory at micro-batch {spec.split.micro_batch} (see {log_path})"
+            kind, msg = "oom", f"out of memory at micro-batch {spec.trial.micro_batch} (see {log_path})"
         elif code == 0:
             kind, msg = "error", "the script finished but no Trainer reported: does it train with transformers' Trainer?"
         elif code is not None and code < 0:
@@ -182,7 +186,7 @@ class ScriptSweep(Planned):
             last = tail.strip().splitlines()[-1] if tail.strip() else ""
             kind, msg = "error", f"exited with status {code}: {last[:200]} (log: {log_path})"
         self._emit(make(RUN_FAILED, spec.run_id, kind=kind, message=msg))
-        return kind
+        return kind, msg
 
     def close(self) -> None:
         try:
@@ -217,8 +221,8 @@ class DdpSweep(ScriptSweep):
     ``--nproc-per-node`` processes (and ``--nnodes`` machines); every rank reports over the
     sweep's socket with its rank."""
 
-    def __init__(self, cfg: SweepConfig, splits: list[Split], on_event=None):
-        super().__init__(cfg, splits, ["ddp"], on_event=on_event)
+    def __init__(self, cfg: SweepConfig, trials: list[Trial], on_event=None, planner: Planner | None = None):
+        super().__init__(cfg, trials, ["ddp"], on_event=on_event, planner=planner)
 
     def command_for(self, spec: RunSpec) -> list[str]:
         cfg = self.cfg
@@ -228,5 +232,6 @@ class DdpSweep(ScriptSweep):
                        "--rdzv-endpoint", cfg.rdzv_endpoint, "--rdzv-backend", "c10d"]
         else:
             launch += ["--standalone"]
-        return launch + ["-m", "tracetui.runner.ddp", "--config-json", json.dumps(cfg.to_dict()),
-                         SPLIT_FLAGS[0], str(spec.split.micro_batch), SPLIT_FLAGS[1], str(spec.split.grad_accum)]
+        t = spec.trial
+        return launch + ["-m", "tracetui.runner.ddp", "--config-json", json.dumps(self.payload_config(spec)),
+                         SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)]

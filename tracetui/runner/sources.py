@@ -46,20 +46,56 @@ def load_tokenizer(cfg: SweepConfig):
     return tok
 
 
-def load_model(cfg: SweepConfig, device: str, dtype: Any):
-    """Build or load the base model directly on ``device`` in ``dtype``."""
+def load_model(cfg: SweepConfig, device: str, dtype: Any, attn_implementation: str | None = None,
+               load_in_4bit: bool = False):
+    """Build or load the base model directly on ``device`` in ``dtype``, with the attention
+    kernel asked for; ``load_in_4bit``: NF4 weights through bitsandbytes (QLoRA)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(cfg.seed)
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if load_in_4bit:
+        return _load_4bit(cfg, device, dtype, kwargs)
     if model_kind(cfg.model) == "preset":
         config = build_config(cfg.model)
         # Initialise straight on the GPU: a 1.7B model initialised on the CPU takes a minute.
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
     else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, **kwargs)
         model.to(device)
+    model.config.use_cache = False
+    return model
+
+
+def _load_4bit(cfg: SweepConfig, device: str, dtype: Any, kwargs: dict):
+    """The base model with NF4 weights (bitsandbytes), as QLoRA loads it. A preset's random
+    weights are written once to a temporary folder, as bitsandbytes quantises at load time."""
+    import shutil
+    import tempfile
+
+    import torch
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
+                               bnb_4bit_use_double_quant=True)
+    source, tmp = cfg.model, None
+    if model_kind(cfg.model) == "preset":
+        tmp = tempfile.mkdtemp(prefix="tracetui-4bit-")
+        with torch.device(device):
+            AutoModelForCausalLM.from_config(build_config(cfg.model), dtype=dtype).save_pretrained(tmp)
+        source = tmp
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, quantization_config=quant, device_map={"": device},
+                                                     **kwargs)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(cfg.activation_checkpointing))
     model.config.use_cache = False
     return model
 
@@ -69,14 +105,31 @@ def rows_needed(cfg: SweepConfig) -> int:
 
 
 def synthetic_dataset(cfg: SweepConfig, vocab_size: int):
-    """Random token rows of exactly ``seq_len`` tokens; the same rows for every split."""
+    """Random token rows, the same rows for every trial: ``synthetic``, each exactly
+    ``seq_len`` tokens; ``synthetic-ragged``, lengths drawn like a chat data set's (see
+    :func:`ragged_lengths`), so padding and padding-free batches can be measured offline."""
     import torch
     from datasets import Dataset
 
     n = rows_needed(cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     ids = torch.randint(3, vocab_size, (n, cfg.seq_len), generator=gen)
+    if cfg.dataset == "synthetic-ragged":
+        lengths = ragged_lengths(n, cfg.seq_len, cfg.seed)
+        return Dataset.from_dict({"input_ids": [row[:k] for row, k in zip(ids.tolist(), lengths)]})
     return Dataset.from_dict({"input_ids": ids.tolist()})
+
+
+def ragged_lengths(n: int, seq_len: int, seed: int) -> list[int]:
+    """``n`` row lengths shaped like an instruction/chat data set's: log-normal (most rows
+    short, a long tail), median a quarter of ``seq_len``, about one row in twenty cut at
+    ``seq_len``, none under 8 tokens."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    mu, sigma = math.log(max(8, seq_len / 4)), 1.0
+    return [max(min(8, seq_len), min(seq_len, int(rng.lognormvariate(mu, sigma)))) for _ in range(n)]
 
 
 def load_text_dataset(cfg: SweepConfig):

@@ -10,7 +10,6 @@ a run that stops making progress is stopped and reported ``stalled`` (see :func:
 
 from __future__ import annotations
 
-import collections
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -20,13 +19,15 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..config import Split, SweepConfig
-from ..events import GPU, RUN_FAILED, RUN_FINISHED, STEP, make
+from ..config import SweepConfig, gpu_count
+from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
+from ..knobs import KNOBS, SHORT
+from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult, make_planner
 from ..store import EventLog
+from ..trial import Trial
 
 #: after a worker exits without a final event, how long to keep draining its queue
 _DRAIN_S = 1.0
@@ -201,93 +202,179 @@ def launch(start: Callable):
     return _launcher.call(start)
 
 
-@dataclass
-class RunSpec:
-    run_id: str
-    split: Split
-    repeat: int
-    gpu: int | None = None
+class SweepBase:
+    """What every kind of sweep (spawned workers here; a user's script or torchrun in
+    :mod:`.script`) shares: the planner it asks what runs next, the lanes that run trials, what
+    each run measured, the ``skipped``/``unavailable`` trials that never start, and running one
+    trial again (the TUI's ``r``). A subclass starts and supervises one run: :meth:`_run_one`."""
 
-    @property
-    def label(self) -> str:
-        return self.split.label
+    #: GPUs to run trials on side by side (one lane each); None: the configured device
+    lanes: list[int | None] = [None]
 
+    def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
+        self.cfg = cfg
+        self.trials = trials
+        self.planner = planner or make_planner(cfg, trials)
+        self.measured = Measured()
+        self.plan: list[RunSpec] = []
+        self.outcomes: dict[str, str] = {}
+        self.results: list[TrialResult] = []
+        self._stop = threading.Event()
+        self._wake = threading.Condition(threading.RLock())
+        self._ids: set[str] = set()
+        self.interrupted = False
+        #: set when two runs failed the same way before their first step: the settings, not a
+        #: trial, are at fault, and every later run would fail the same way (minutes each)
+        self.same_failure: str | None = None
+        self._stepped: set[str] = set()
+        self._setup_failures: list[str] = []
+        self._device = _device_kind(cfg)
 
-def interleave(splits: list[Split], repeats: int) -> list[tuple[Split, int]]:
-    """Order runs so no split is favoured by position: A B C, then C B A, then A B C, ..."""
-    order: list[tuple[Split, int]] = []
-    for r in range(repeats):
-        seq = splits if r % 2 == 0 else list(reversed(splits))
-        order.extend((s, r) for s in seq)
-    return order
+    def planned(self) -> list[RunSpec] | None:
+        """The runs the planner will make, when it knows ahead (for the monitor's list)."""
+        preview = self.planner.preview()
+        if preview is None:
+            return None
+        ids: set[str] = set()
+        return [RunSpec(self._run_id(d.trial, d.repeat, ids), d.trial, d.repeat, why=d.why) for d in preview]
 
-
-def plan_runs(cfg: SweepConfig, splits: list[Split]) -> list[tuple[Split, int]]:
-    """The order of a sweep's runs. With ``--until-confident`` the split with the fewest
-    accumulation steps of each effective batch goes first: its steps are usually the cheapest,
-    so it is the one measured to full precision, and each later split may stop as soon as its
-    interval is clear of the earlier ones (:func:`tracetui.analysis.stop_reason`)."""
-    if cfg.until_confident is not None:
-        group = {eb: i for i, eb in enumerate(dict.fromkeys(s.effective_batch for s in splits))}
-        splits = sorted(splits, key=lambda s: (group[s.effective_batch], s.grad_accum))
-    return interleave(splits, cfg.repeats)
-
-
-class Measured:
-    """Measured step walls of each split so far in a sweep (rank 0), for ``--until-confident``:
-    a run is handed those of the other splits of its effective batch."""
-
-    def __init__(self, plan: list[RunSpec]):
-        self._split_of = {spec.run_id: spec.split for spec in plan}
-        self._walls: dict[Split, list[float]] = {}
-
-    def add(self, spec: RunSpec) -> None:
-        self._split_of[spec.run_id] = spec.split
-
-    def observe(self, event: dict) -> None:
-        if event.get("type") != STEP or event.get("warmup") or event.get("rank") not in (0, None):
-            return
-        split = self._split_of.get(event.get("run_id"))
-        if split is not None and event.get("wall_ms") is not None:
-            self._walls.setdefault(split, []).append(float(event["wall_ms"]))
-
-    def references(self, split: Split, least: int) -> list[tuple[float, float]]:
-        """Intervals of the other splits of ``split``'s effective batch with ``least`` steps."""
-        from ..analysis import SETTLE_Z, enough_for_interval, settle_interval
-
-        return [settle_interval(w) for s, w in self._walls.items()
-                if s != split and s.effective_batch == split.effective_batch and len(w) >= least
-                and enough_for_interval(len(w), SETTLE_Z)]
-
-
-class Planned:
-    """What both kinds of sweep (workers here, scripts in :mod:`.script`) share: the planned runs
-    in order, the steps measured so far, and running one split again (the TUI's ``r``).
-
-    Needs ``cfg``, ``sweep_id``, ``_stop``, ``outcomes`` and ``_run_one``."""
-
-    #: after the split in a run id (``x2``: the world size of a data-parallel run)
-    id_suffix = ""
-
-    def _make_plan(self, splits: list[Split]) -> None:
-        self.plan = [RunSpec(self._run_id(s, r, self.cfg.repeats > 1), s, r) for s, r in plan_runs(self.cfg, splits)]
-        self.measured = Measured(self.plan)
-
-    def _run_id(self, split: Split, repeat: int, numbered: bool) -> str:
-        return f"{self.sweep_id}/{split.label}{self.id_suffix}" + (f"#{repeat + 1}" if numbered else "")
-
-    def _rerun_gpu(self) -> int | None:
+    def trial_of(self, run_id: str) -> Trial | None:
+        """The trial of a run made or planned by this sweep."""
+        for spec in self.plan + (self.planned() or []):
+            if spec.run_id == run_id:
+                return spec.trial
         return None
 
-    def rerun(self, split: Split) -> str:
-        """Run ``split`` once more in this sweep."""
-        n = sum(1 for s in self.plan if s.split == split)
-        spec = RunSpec(self._run_id(split, n, True), split, n, gpu=self._rerun_gpu())
-        self.plan.append(spec)
-        self.measured.add(spec)
+    def _run_id(self, trial: Trial, repeat: int, taken: set[str]) -> str:
+        base = f"{self.sweep_id}/{trial.slug(SHORT)}"
+        rid = base + (f"#{repeat + 1}" if self.cfg.repeats > 1 or repeat else "")
+        n = repeat + 1
+        while rid in taken:
+            n += 1
+            rid = f"{base}#{n}"
+        taken.add(rid)
+        return rid
+
+    def _spec(self, d: Decision, gpu: int | None) -> RunSpec:
+        with self._wake:
+            spec = RunSpec(self._run_id(d.trial, d.repeat, self._ids), d.trial, d.repeat, gpu, d.why)
+            self.plan.append(spec)
+            self.measured.add(spec)
+        return spec
+
+    def stop(self) -> None:
+        """Stop after the current run is told to stop; later runs do not start."""
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+
+    # ---- running ---------------------------------------------------------------------------
+    def run(self) -> dict[str, str]:
+        """Ask the planner for runs until it is done, one per lane at a time; return
+        run_id -> final status."""
+        busy = [0]
+
+        def lane(gpu: int | None) -> None:
+            while not self._stop.is_set() and self.same_failure is None:
+                with self._wake:
+                    d = self.planner.next()
+                    while d == WAIT and busy[0] and not self._stop.is_set():
+                        self._wake.wait(0.5)
+                        d = self.planner.next()
+                    if d is None or d == WAIT or self._stop.is_set():
+                        return
+                    busy[0] += 1
+                try:
+                    self._do(d, gpu)
+                finally:
+                    with self._wake:
+                        busy[0] -= 1
+                        self._wake.notify_all()
+
+        lanes = self.lanes
+        if len(lanes) == 1:
+            lane(lanes[0])
+        else:
+            threads = [threading.Thread(target=lane, args=(g,), name=f"tracetui-lane-{g}", daemon=True) for g in lanes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        if self.same_failure is not None:
+            while True:  # left unrun: say so, so no run waits "queued" for ever
+                with self._wake:
+                    d = self.planner.next()
+                if d is None or d == WAIT:
+                    break
+                spec = self._spec(d, None)
+                self._not_started(spec, "error", f"not run: every run fails the same way ({self.same_failure})")
+        elif self._stop.is_set():
+            self.interrupted = True
+        return self.outcomes
+
+    def rerun(self, trial: Trial) -> str:
+        """Run ``trial`` once more in this sweep."""
+        n = sum(1 for s in self.plan if s.trial == trial)
         self._stop.clear()
-        self.outcomes[spec.run_id] = self._run_one(spec)
-        return self.outcomes[spec.run_id]
+        return self._do(Decision(trial, n, why="asked to run again"), self.lanes[0])
+
+    def _do(self, d: Decision, gpu: int | None) -> str:
+        spec = self._spec(d, gpu)
+        why_not = d.skip and d.why
+        kind = d.skip or "unavailable"
+        if not why_not:
+            why_not = next((w for w in (KNOBS[n].unavailable(v, self._device) for n, v in d.trial.settings) if w), None)
+        if why_not:
+            status = self._not_started(spec, kind, why_not)
+        else:
+            status = self._run_one(spec)
+        self.outcomes[spec.run_id] = status
+        return status
+
+    def _not_started(self, spec: RunSpec, kind: str, message: str) -> str:
+        """Record a trial the sweep decided not to start (``skipped``, ``unavailable``)."""
+        if message.startswith(kind + ": "):  # the status says it already
+            message = message[len(kind) + 2:]
+        self._emit(make(RUN_STARTED, spec.run_id, label=spec.label, mode="not started", why=spec.why,
+                        **spec.trial.fields()))
+        self._emit(make(RUN_FAILED, spec.run_id, kind=kind, message=message))
+        self._finished(spec, kind, message)
+        return kind
+
+    def _finished(self, spec: RunSpec, status: str, message: str = "") -> None:
+        result = self.measured.result(spec, status, message)
+        with self._wake:
+            self.results.append(result)
+            self.planner.record(result)
+            self._wake.notify_all()
+
+    def _track(self, event: dict) -> None:
+        """Book-keeping on every event, before it is written: the ``same failure`` rule."""
+        if event.get("type") == STEP:
+            self._stepped.add(event["run_id"])
+        elif (event.get("type") == RUN_FAILED and event.get("kind") == "error"
+              and event["run_id"] not in self._stepped and not event.get("message", "").startswith("not run:")):
+            self._setup_failures.append(event.get("message", ""))
+            if self._setup_failures.count(self._setup_failures[-1]) >= 2:
+                self.same_failure = self._setup_failures[-1]
+        self.measured.observe(event)
+
+    def payload_config(self, spec: RunSpec) -> dict:
+        """The config a run trains with: the sweep's, with the trial's varied settings."""
+        return self.cfg.for_trial(spec.trial).to_dict()
+
+    def references(self, spec: RunSpec) -> list[tuple[float, float]]:
+        with self._wake:
+            return self.measured.references(spec.trial, self.cfg.min_steps)
+
+
+def _device_kind(cfg: SweepConfig) -> str:
+    """``cpu`` or ``cuda``: where runs will train (for what a setting needs), without torch."""
+    if cfg.device == "cpu":
+        return "cpu"
+    if cfg.device.startswith("cuda"):
+        return "cuda"
+    return "cuda" if gpu_count() > 0 else "cpu"
 
 
 def new_sweep_id() -> str:
@@ -307,105 +394,37 @@ def _ensure_resource_tracker() -> None:
         pass
 
 
-class Sweep(Planned):
-    """Runs ``splits`` of ``cfg`` one after another.
+class Sweep(SweepBase):
+    """Runs the trials of ``cfg`` in spawned worker processes, as its planner decides.
 
     ``on_event`` is called (in the thread that calls :meth:`run`) with every event after it is
     on disk. :meth:`stop` may be called from any thread or a signal handler.
     """
 
-    def __init__(self, cfg: SweepConfig, splits: list[Split], on_event: Callable[[dict], None] | None = None,
-                 sweep_id: str | None = None, lanes: list[int | None] | None = None):
-        """``lanes``: GPU indices to run splits on at the same time (default: ``cfg.gpus``, or
+    def __init__(self, cfg: SweepConfig, trials: list[Trial], on_event: Callable[[dict], None] | None = None,
+                 sweep_id: str | None = None, lanes: list[int | None] | None = None,
+                 planner: Planner | None = None):
+        """``lanes``: GPU indices to run trials on at the same time (default: ``cfg.gpus``, or
         one lane on the configured device)."""
-        self.cfg = cfg
-        self.splits = splits
         self.on_event = on_event
         self.sweep_id = sweep_id or new_sweep_id()
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
-        self._make_plan(splits)
+        self._setup(cfg, trials, planner)
         self._ctx = mp.get_context("spawn")
-        self._stop = threading.Event()
-        self._procs: dict[str, object] = {}
         self._lock = threading.Lock()
-        self.lanes: list[int | None] = lanes if lanes is not None else (cfg.gpu_list() or [None])
+        self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
         self.warnings = gpu_model_warnings(self.lanes)
-        self.interrupted = False
-        self.outcomes: dict[str, str] = {}
-        #: set when two runs failed the same way before their first step: the settings, not a
-        #: split, are at fault, and every later run would fail the same way (minutes each)
-        self.same_failure: str | None = None
-        self._stepped: set[str] = set()
-        self._setup_failures: list[str] = []
         _ensure_resource_tracker()
-
-    # ---- control ---------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Stop after the current run is told to stop; later runs do not start."""
-        self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def current_pids(self) -> list[int]:
-        with self._lock:
-            return [p.pid for p in self._procs.values() if p.is_alive()]
-
-    # ---- running ---------------------------------------------------------------------------
-    def run(self, only: list[RunSpec] | None = None) -> dict[str, str]:
-        """Run every planned run (or ``only`` those), one per lane at a time; return
-        run_id -> final status."""
-        todo = collections.deque(only or self.plan)
-
-        def lane(gpu: int | None) -> None:
-            while not self._stop.is_set():
-                with self._lock:
-                    if not todo:
-                        return
-                    spec = todo.popleft()
-                spec.gpu = gpu
-                self.outcomes[spec.run_id] = self._run_one(spec)
-                if self.same_failure is not None:
-                    return
-
-        if len(self.lanes) == 1:
-            lane(self.lanes[0])
-        else:
-            threads = [threading.Thread(target=lane, args=(g,), name=f"tracetui-lane-{g}", daemon=True)
-                       for g in self.lanes]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        if self.same_failure is not None:
-            for spec in todo:  # left unrun: say so, so no run waits "queued" for ever
-                self._emit(make(RUN_FAILED, spec.run_id, kind="error",
-                                message=f"not run: every run fails the same way ({self.same_failure})"))
-            todo.clear()
-        elif self._stop.is_set():
-            self.interrupted = True
-        return self.outcomes
 
     def close(self) -> None:
         self.log.close()
 
-    def _rerun_gpu(self) -> int | None:
-        return self.lanes[0]
-
     def _emit(self, event: dict) -> None:
         with self._lock:  # lanes run side by side: one writer at a time
-            if event.get("type") == STEP:
-                self._stepped.add(event["run_id"])
-            elif (event.get("type") == RUN_FAILED and event.get("kind") == "error"
-                  and event["run_id"] not in self._stepped and not event.get("message", "").startswith("not run:")):
-                self._setup_failures.append(event.get("message", ""))
-                if self._setup_failures.count(self._setup_failures[-1]) >= 2:
-                    self.same_failure = self._setup_failures[-1]
+            self._track(event)
             self.log.append(event)
-            self.measured.observe(event)
             if self.on_event is not None:
                 self.on_event(event)
 
@@ -414,19 +433,18 @@ class Sweep(Planned):
         log_path = str(self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log"))
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
-        payload = dict(run_id=spec.run_id, config=self.cfg.to_dict(), micro_batch=spec.split.micro_batch,
-                       grad_accum=spec.split.grad_accum, repeat=spec.repeat, gpu=spec.gpu, log_path=log_path,
-                       parent_pid=os.getpid())
+        payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
+                       repeat=spec.repeat, gpu=spec.gpu, log_path=log_path, parent_pid=os.getpid(), why=spec.why)
         if self.cfg.until_confident is not None:
-            with self._lock:
-                payload["references"] = self.measured.references(spec.split, self.cfg.min_steps)
+            payload["references"] = self.references(spec)
         from . import worker
 
-        proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.label}", daemon=True)
+        proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.trial.slug(SHORT)}",
+                                 daemon=True)
+        payload["started_at"] = time.time()
         launch(lambda: start_shielded(proc))  # see "no trial outlives tracetui" above
-        with self._lock:
-            self._procs[spec.run_id] = proc
         final: str | None = None
+        message = ""
         dead_since: float | None = None
         term_sent: float | None = None
         clock = StallClock(self.cfg.stall_timeout)
@@ -454,6 +472,7 @@ class Sweep(Planned):
                     clock.saw(event)
                     if event.get("run_id") == spec.run_id and event.get("type") in (RUN_FINISHED, RUN_FAILED):
                         final = "ok" if event["type"] == RUN_FINISHED else event.get("kind", "error")
+                        message = event.get("message", "")
                     self._emit(event)
                     if final is not None:
                         break
@@ -467,8 +486,6 @@ class Sweep(Planned):
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
-            with self._lock:
-                self._procs.pop(spec.run_id, None)
             q.close()
             q.cancel_join_thread()
         if final is None:
@@ -484,6 +501,8 @@ class Sweep(Planned):
                        else f"exited with status {code}")
                 msg = f"worker {how} without reporting; its log: {log_path}"
             self._emit(make(RUN_FAILED, spec.run_id, kind=final, message=msg))
+            message = msg
+        self._finished(spec, final, message)
         return final
 
 
@@ -512,8 +531,3 @@ def gpu_model_warnings(lanes: list[int | None]) -> list[str]:
         listed = ", ".join(f"GPU {g}: {n}" for g, n in names.items())
         return [f"the GPUs are not the same model ({listed}): their times cannot be compared with each other"]
     return []
-
-
-def child_pids() -> list[int]:
-    """Pids of this process's live worker children (for tests and fault injection)."""
-    return [p.pid for p in mp.active_children() if p.pid is not None and p.pid != os.getpid()]

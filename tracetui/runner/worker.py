@@ -12,7 +12,10 @@ import sys
 import traceback
 from typing import Any
 
+from ..config import KNOB_DEFAULTS, dataset_kind
+from ..knobs import KNOBS, SHORT, fmt, model_args, sft_args
 from ..probe.environment import environment
+from ..trial import Trial
 
 
 class Interrupted(BaseException):
@@ -130,10 +133,13 @@ def run(spec: dict, mp_queue: Any) -> None:
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
     cfg = SweepConfig(**spec["config"])
-    mb, ga = spec["micro_batch"], spec["grad_accum"]
+    trial = Trial.from_fields(spec["trial"])
+    mb, ga = trial.micro_batch, trial.grad_accum
+    stages = Stages(sink.emit, run_id, spec.get("started_at"))
     sampler = None
     code = 0
     try:
+        stages.enter("importing torch")
         import torch
 
         device = cfg.device
@@ -145,19 +151,19 @@ def run(spec: dict, mp_queue: Any) -> None:
             device = "cuda"
             torch.cuda.set_device(0)
         precision, dtype = resolve_precision(cfg.precision, device)
+        stages.enter("importing transformers and TRL")
         from ..probe.callback import missing_callback_events
 
         why = missing_callback_events()
         if why:
             raise RuntimeError(why)
         env = environment(device)
-        sink.emit(make(RUN_STARTED, run_id, label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga,
-                       effective_batch=mb * ga, world_size=1, repeat=spec.get("repeat", 0),
+        sink.emit(make(RUN_STARTED, run_id, label=trial.label(SHORT), **trial.fields(), repeat=spec.get("repeat", 0),
+                       why=spec.get("why") or "",
                        pid=os.getpid(), rank=0, precision=precision, env=env,
                        config={k: v for k, v in cfg.to_dict().items()
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
-                                        "lora_targets", "activation_checkpointing", "memory_limit",
-                                        "seed")},
+                                        "lora_targets", "memory_limit", "seed", *KNOBS)},
                        gpu=spec.get("gpu"), log_path=spec["log_path"]))
         if device == "cuda":
             from ..probe.gpu import GpuSampler
@@ -173,7 +179,7 @@ def run(spec: dict, mp_queue: Any) -> None:
         else:
             sink.emit(make("notice", run_id, level="info",
                            message="running on the CPU; phases timed with the host clock"))
-        metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec)
+        metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec, stages)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
                        stop_reason=metrics.get("stop_reason"), quiet=metrics.get("quiet") or {}))
@@ -182,7 +188,7 @@ def run(spec: dict, mp_queue: Any) -> None:
             sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
             code = 3
         else:
-            kind, message = classify_failure(exc, mb)
+            kind, message = classify_failure(exc, mb, trial.settings_dict)
             traceback.print_exc()
             sink.emit(make(RUN_FAILED, run_id, kind=kind, message=message))
             code = 4 if kind == "oom" else 1
@@ -200,7 +206,18 @@ def run(spec: dict, mp_queue: Any) -> None:
     os._exit(code)
 
 
-def classify_failure(exc: BaseException, micro_batch: int) -> tuple[str, str]:
+class Unavailable(RuntimeError):
+    """A varied setting cannot run here (raised where it is applied)."""
+
+
+#: exception types (by name, anywhere in the chain) that mean torch.compile could not compile
+_COMPILE_FAILURES = ("BackendCompilerFailed", "InductorError", "TorchRuntimeError", "Unsupported",
+                     "InternalTorchDynamoError")
+
+
+def classify_failure(exc: BaseException, micro_batch: int, varied: dict | None = None) -> tuple[str, str]:
+    """``(kind, one line)`` for a run's failure: ``oom``, ``unavailable`` (a setting this
+    machine cannot run), or ``error``."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     chain, e = [], exc
     while e is not None and len(chain) < 10:  # the OOM may sit under a wrapping error
@@ -212,11 +229,43 @@ def classify_failure(exc: BaseException, micro_batch: int) -> tuple[str, str]:
         for e in chain)
     if is_oom:
         return "oom", f"out of memory at micro-batch {micro_batch}: {text[:200]}"
+    for e in chain:
+        if isinstance(e, Unavailable):
+            return "unavailable", str(e)[:300]
+    settings = varied or {}
+    if settings.get("torch_compile") and any(type(e).__name__ in _COMPILE_FAILURES for e in chain):
+        return "unavailable", f"torch_compile=on does not compile here: {type(exc).__name__}: {text[:200]}"
     return "error", f"{type(exc).__name__}: {text[:300]}"
 
 
-def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, probe=None, callbacks=()):
+class Stages:
+    """What the trial's process is doing before its first step, as ``run_stage`` events: each
+    stage's start in seconds since the sweep started the process (``started_at``), so a user
+    sees where start-up goes."""
+
+    def __init__(self, emit, run_id: str, started_at: float | None = None):
+        import time
+
+        self._emit, self.run_id = emit, run_id
+        self._now = time.time
+        self._t0 = started_at or self._now()
+        self.seen: dict[str, float] = {}
+
+    def enter(self, stage: str) -> None:
+        from ..events import RUN_STAGE, make
+
+        elapsed = round(max(0.0, self._now() - self._t0), 3)
+        self.seen[stage] = elapsed
+        self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=elapsed, rank=0, stages=dict(self.seen)))
+
+
+def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, probe=None, callbacks=(),
+                  stages: "Stages | None" = None):
     """The model, the data and a real TRL ``SFTTrainer`` with LoRA, as a user would set it up.
+
+    Every speed setting tracetui owns (:mod:`tracetui.knobs`) is passed explicitly, at its
+    default too: TRL's own defaults differ from transformers' (checkpointing), so a setting left
+    unset is not "off". A setting this machine cannot run raises :class:`Unavailable`.
 
     ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the callbacks and
     handed each micro-batch's loss; ``callbacks`` come before it."""
@@ -230,33 +279,44 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
 
     from .sources import build_dataset, load_model, load_tokenizer
 
+    enter = stages.enter if stages is not None else (lambda _stage: None)
+    knob_values = {name: getattr(cfg, name) for name in KNOBS}
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
-    model = load_model(cfg, device, dtype)
+    enter("building the model")
+    model_kwargs = model_args(knob_values)
+    try:
+        model = load_model(cfg, device, dtype, **model_kwargs)
+    except (ValueError, ImportError, NotImplementedError) as exc:
+        if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
+            what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
+            raise Unavailable(f"{what} cannot run here: {_first_line(exc)}") from exc
+        raise
+    enter("preparing data")
     dataset = build_dataset(cfg, model.config.vocab_size, tokenizer)
+    enter("building the trainer")
     targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else [
         t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM")
     out_dir = tempfile.mkdtemp(prefix="tracetui-")
-    # Every setting tracetui owns is passed both ways: TRL's SFTConfig turns checkpointing ON
-    # when it is left unset, so "off" must be said, under every name the installed release reads.
     known = {f.name for f in dataclasses.fields(SFTConfig)}
-    extra = {}
-    for name in ("activation_checkpointing", "gradient_checkpointing"):
-        if name in known:
-            extra[name] = bool(cfg.activation_checkpointing)
-            if cfg.activation_checkpointing:
-                extra[name + "_kwargs"] = {"use_reentrant": False}
-    args = SFTConfig(**extra,
-        output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
-        max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
-        bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
-        logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
-        max_length=cfg.seq_len, dataset_text_field=cfg.text_field, packing=False, dataloader_num_workers=0,
-        lr_scheduler_type="constant",
-    )
-
+    extra = sft_args(knob_values, known)
+    try:
+        args = SFTConfig(**extra,
+            output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
+            max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
+            bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
+            logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
+            # Padding-free batches leave truncation to the data (TRL refuses max_length with them):
+            # the built-in rows are cut to --seq-len already.
+            max_length=None if cfg.padding_free and dataset_kind(cfg.dataset) == "synthetic" else cfg.seq_len,
+            dataset_text_field=cfg.text_field, packing=False,
+            lr_scheduler_type="constant",
+        )
+    except (ValueError, TypeError, ImportError) as exc:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise _setting_at_fault(cfg, exc, extra) from exc
     class ProbedSFTTrainer(SFTTrainer):
         """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
         override point of ``Trainer``, so the loss is read without a host-device sync."""
@@ -270,14 +330,37 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     set_seed(cfg.seed)
     cbs = list(callbacks) + ([probe] if probe is not None else [])
     try:
-        return ProbedSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                                peft_config=lora, callbacks=cbs or None)
-    except BaseException:
+        trainer = ProbedSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                                   peft_config=lora, callbacks=cbs or None)
+    except BaseException as exc:
         shutil.rmtree(out_dir, ignore_errors=True)  # the trainer never came to own it
+        if isinstance(exc, (ValueError, ImportError, NotImplementedError)):
+            raise _setting_at_fault(cfg, exc, extra) from exc
         raise
+    enter("first step")
+    return trainer
 
 
-def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict) -> dict:
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _setting_at_fault(cfg, exc: BaseException, passed: dict) -> BaseException:
+    """``exc`` as :class:`Unavailable` when its message names a speed setting that is not at
+    its default (the trainer refused that value here), else ``exc`` itself."""
+    text = str(exc)
+    for name, knob in KNOBS.items():
+        value = getattr(cfg, name)
+        if value == KNOB_DEFAULTS.get(name):
+            continue
+        if any(arg in text for arg in knob.sft(value)) or name in text:
+            return Unavailable(f"{name}={fmt(value)} cannot run here: {_first_line(exc)}")
+    return exc
+
+
+def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict,
+          stages: Stages | None = None) -> dict:
     """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``)."""
     import shutil
 
@@ -292,7 +375,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
         stop = StopRule(cfg.until_confident, cfg.min_steps, spec.get("references") or [])
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
-    trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra)
+    trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra, stages=stages)
     try:
         if cfg.memory_limit is not None:
             # After the imports and the model are in: the cap is on what training may take in all.

@@ -20,7 +20,6 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ..analysis import Results, summarise
 from ..probe.settings import describe
-from ..config import parse_split
 from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, PhaseChart, RunList, Stage, StatusLine,
                       StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, phase_legend, row_of,
@@ -370,7 +369,9 @@ class TraceApp(App):
             return
         label = (self.results.runs.get(row_key).label if row_key in self.results.runs
                  else dict(self.planned).get(row_key, ""))
-        self.source.rerun(parse_split(label))
+        if not self.source.rerun(row_key):
+            self.say("that run cannot be run again", "warning")
+            return
         self.say(f"running {label} again")
 
     def action_quit_app(self) -> None:
@@ -515,7 +516,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         from ..cli import _fmt, default_output
 
         out = ns.output or default_output(sweep.log.path, _fmt(ns))
-        planned = [(s.run_id, s.label) for s in sweep.plan]
+        planned = [(s.run_id, s.label) for s in (sweep.planned() or [])]
         cmd = getattr(sweep, "cmd", None)
         # a script's own settings come with its runs (run_started, run_settings), not tracetui's
         subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd

@@ -9,7 +9,6 @@ import collections
 import threading
 from typing import Callable
 
-from ..config import Split
 
 
 class Inbox:
@@ -99,10 +98,13 @@ class SweepSource(Source):
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def rerun(self, split: Split) -> bool:
-        if self.running():
+    def rerun(self, run_id: str) -> bool:
+        """Run the trial of ``run_id`` once more (False while the sweep runs, or for an
+        unknown run)."""
+        trial = self.sweep.trial_of(run_id)
+        if self.running() or trial is None:
             return False
-        self._launch(lambda: self.sweep.rerun(split))
+        self._launch(lambda: self.sweep.rerun(trial))
         return True
 
     def stop(self) -> None:

@@ -1,0 +1,136 @@
+"""Trials beyond the split: --vary, the knob registry, unavailable settings, settings that change
+the result, and the recommendation as SFTConfig arguments and a TRL config file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tracetui.config import ConfigError, SweepConfig, from_mapping, load_toml, validate
+from tracetui.knobs import KNOBS, SHORT, result_changing, script_args
+from tracetui.trial import Trial
+
+from .conftest import read_csv, run_cli
+
+
+def test_a_trial_is_a_value_whose_label_is_never_parsed():
+    t = Trial(4, 1, 1, {"attn_implementation": "eager", "activation_checkpointing": True})
+    assert t == Trial(4, 1, 1, (("activation_checkpointing", True), ("attn_implementation", "eager")))
+    assert hash(t) == hash(Trial(4, 1, 1, {"attn_implementation": "eager", "activation_checkpointing": True}))
+    assert t.label(SHORT) == "4x1 ckpt=on attn=eager"
+    assert t.slug(SHORT) == "4x1_ckpt-on_attn-eager"
+    assert t != Trial(4, 1)  # another setting is another trial, never a repeat of the split
+    # it travels as fields: the same trial comes back whatever its label says
+    fields = dict(t.fields(), label="anything at all")
+    assert Trial.from_fields(fields) == t
+    assert Trial(2, 2, 2).effective_batch == 8 and Trial(2, 2, 2).split == "2x2x2"
+
+
+def test_vary_crosses_the_splits_with_every_combination():
+    cfg = from_mapping({"splits": "1x2,2x1", "effective_batch": "2",
+                        "vary": ["attn=sdpa,eager", "activation_checkpointing=off,on"]})
+    trials = validate(cfg)
+    assert len(trials) == 8
+    assert {t.split for t in trials} == {"1x2", "2x1"}
+    assert {t.settings for t in trials if t.split == "1x2"} == {
+        (("activation_checkpointing", a), ("attn_implementation", b)) for a in (False, True) for b in ("sdpa", "eager")}
+    # the trial's run trains with its settings
+    eager_on = next(t for t in trials if t.setting("attn_implementation") == "eager" and t.setting("activation_checkpointing"))
+    run_cfg = cfg.for_trial(eager_on)
+    assert run_cfg.attn_implementation == "eager" and run_cfg.activation_checkpointing is True and run_cfg.vary == []
+
+
+@pytest.mark.parametrize("vary, says", [
+    (["attention_kernel=sdpa,eager"], "is not NAME=V1,V2 with a setting tracetui can vary"),
+    (["attn=sdpa"], "needs at least two different values"),
+    (["attn=sdpa,warp"], "'warp' is not one of"),
+    (["liger=on,maybe"], "'maybe' is not on/off"),
+    (["attn=sdpa,eager", "attn_implementation=eager,sdpa"], "is varied twice"),
+    (["dataloader_workers=0,-2"], "is negative"),
+])
+def test_bad_vary_is_one_line_naming_the_fix(vary, says):
+    with pytest.raises(ConfigError) as err:
+        validate(from_mapping({"vary": vary}))
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_vary_from_a_toml_table(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[sweep]\nsplits = ["1x2", "2x1"]\neffective_batch = 2\n'
+                    '[sweep.vary]\nattn_implementation = ["sdpa", "eager"]\nliger = [false, true]\n')
+    cfg = from_mapping(load_toml(str(path)))
+    assert cfg.varied() == {"attn_implementation": ["sdpa", "eager"], "liger": [False, True]}
+    assert len(validate(cfg)) == 8
+
+
+def test_every_knob_is_a_setting_passed_to_the_trainer():
+    names = {f.name for f in dataclasses.fields(SweepConfig)}
+    from trl import SFTConfig
+
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    for name, knob in KNOBS.items():
+        assert name in names, f"{name} has no sweep setting"
+        default = getattr(SweepConfig(), name)
+        knob.coerce(default)  # the default is a value of the knob
+        args = knob.sft(default)
+        assert args or knob.model(default) or name == "qlora", f"{name} says nothing to the trainer at its default"
+        # what it sets, the installed TRL knows (but for both checkpointing names, one per release)
+        assert set(args) - {"activation_checkpointing", "activation_checkpointing_kwargs"} <= known
+    assert result_changing({"qlora": True, "loss_type": "dft", "attn_implementation": "eager"}) == [
+        "qlora=on", "loss_type=dft"]
+
+
+def test_script_flags_for_a_varied_setting():
+    assert script_args({"activation_checkpointing": False, "liger": True}) == [
+        "--gradient_checkpointing", "false", "--use_liger_kernel", "true"]
+    from tracetui.runner.script import check_command
+
+    with pytest.raises(ConfigError, match="already sets --gradient_checkpointing"):
+        check_command(["python", "train.py", "--gradient_checkpointing", "true"],
+                      {"activation_checkpointing": [False, True]})
+
+
+def test_vary_sweep_end_to_end(tmp_path):
+    """A real sweep over settings: liger cannot run here (no package, no GPU) and is reported
+    ``unavailable`` without starting; dft is a different loss and is flagged as changing the
+    result; the eager kernel really ran (read back from the model); the recommendation is a
+    result-preserving trial, written as a TRL config file that TRL's own parser reads."""
+    out = tmp_path / "r.csv"
+    emitted = tmp_path / "best.yaml"
+    proc = run_cli("--export", "csv", "-o", out, "--splits", "2x1", "--effective-batch", 2, "--steps", 8,
+                   "--warmup", 1, "--vary", "attn_implementation=sdpa,eager", "--vary", "loss_type=nll,dft",
+                   "--vary", "liger=off,on", "--emit-config", emitted, "--runs-dir", tmp_path / "runs")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["trial"]: r for r in read_csv(out)}
+    assert len(rows) == 8
+    liger = [r for t, r in rows.items() if "liger=on" in t]
+    assert len(liger) == 4 and all(r["status"] == "unavailable" for r in liger)
+    assert all("liger-kernel" in r["message"] for r in liger)
+    ran = {t: r for t, r in rows.items() if "liger=off" in t}
+    assert all(r["status"] == "ok" for r in ran.values()), ran
+    for t, r in ran.items():  # what the model really ran with, read back
+        assert r["attn_implementation"] == ("eager" if "attn=eager" in t else "sdpa"), (t, r["attn_implementation"])
+        assert r["loss_type"] == ("dft" if "loss=dft" in t else "nll")
+        assert bool(r["changes_result"]) == ("loss=dft" in t), (t, r["changes_result"])
+    rec = next(line for line in proc.stderr.splitlines() if line.startswith("tracetui: use ")
+               or "no recommendation" in line)
+    if rec.startswith("tracetui: use "):  # a machine too busy to rank holds the advice back
+        assert "loss=dft" not in rec.split(" for effective batch")[0]
+        assert "per_device_train_batch_size=2" in rec
+        from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+
+        script, sft, model = TrlParser((ScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config(
+            args=["--config", str(emitted)])
+        assert sft.per_device_train_batch_size == 2 and sft.gradient_accumulation_steps == 1
+        assert sft.gradient_checkpointing is False and sft.loss_type == "nll" and sft.use_liger_kernel is False
+        assert model.attn_implementation in ("sdpa", "eager") and model.use_peft and model.lora_r == 16
+        chosen = rec.split("tracetui: use ")[1].split(" for effective batch")[0]
+        assert model.attn_implementation == ("eager" if "attn=eager" in chosen else "sdpa")
+    else:
+        assert not emitted.exists()
+    events = [json.loads(line) for line in next((tmp_path / "runs").iterdir()).joinpath("events.jsonl").open()]
+    # before its first step a run says what it is doing, in order
+    stages = [e["stage"] for e in events if e["type"] == "run_stage" and "2x1_attn-eager_liger-off_loss-nll" in e["run_id"]]
+    assert stages[:2] == ["importing torch", "importing transformers and TRL"] and stages[-1] == "first step"

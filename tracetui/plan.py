@@ -1,0 +1,204 @@
+"""What runs next: planners.
+
+A sweep asks its planner for the next run (:meth:`Planner.next`) and tells it how each run
+ended (:meth:`Planner.record`, a typed :class:`TrialResult`: status, step times, peak memory).
+The grid planner runs a fixed list (every trial, ``--repeats`` times, interleaved); a search
+planner (:mod:`tracetui.search`) decides as it goes. ``--until-confident`` is a stopping policy
+inside each run (:class:`tracetui.analysis.StopRule`), fed with what the planner's earlier runs
+measured (:meth:`Measured.references`).
+
+``--dry-run`` and the monitor's planned list ask :meth:`Planner.preview`, which is None when the
+planner cannot know ahead ("decided as it goes").
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .events import RUN_STAGE, STEP
+from .knobs import SHORT
+from .trial import Trial
+
+
+@dataclass
+class RunSpec:
+    """One run the planner asked for."""
+
+    run_id: str
+    trial: Trial
+    repeat: int
+    gpu: int | None = None
+    #: why the planner chose it (shown live)
+    why: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.trial.label(SHORT)
+
+
+@dataclass
+class TrialResult:
+    """How one run ended, as a planner sees it."""
+
+    spec: RunSpec
+    status: str
+    walls_ms: list[float] = field(default_factory=list)
+    peak_mem_gib: float | None = None
+    message: str = ""
+
+    @property
+    def trial(self) -> Trial:
+        return self.spec.trial
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.walls_ms) if self.walls_ms else None
+
+
+@dataclass
+class Decision:
+    """The planner's answer: run ``trial`` (repeat ``repeat``) because ``why``; or ``skip`` it
+    (never started) with ``kind`` (``skipped``, ``unavailable``) and ``why``."""
+
+    trial: Trial
+    repeat: int = 0
+    why: str = ""
+    skip: str | None = None
+
+
+#: a planner's answer when it must see a running trial end before it can decide
+WAIT = "wait"
+
+
+class Planner:
+    """One interface for deciding what runs next. Subclasses: :class:`GridPlanner`, and the
+    search of :mod:`tracetui.search`."""
+
+    name = "planner"
+
+    def preview(self) -> list[Decision] | None:
+        """Every run, in order, when known ahead; None when decided as it goes."""
+        return None
+
+    def next(self) -> Decision | str | None:
+        """The next run (or skip), :data:`WAIT` while runs in flight must end first, or None
+        when the sweep is done."""
+        raise NotImplementedError
+
+    def record(self, result: TrialResult) -> None:
+        """How a run (or a skip) ended."""
+
+    def notes(self) -> list[str]:
+        """What the planner concluded, for the summary (one line each)."""
+        return []
+
+
+def interleave(trials: list[Trial], repeats: int) -> list[tuple[Trial, int]]:
+    """Order runs so no trial is favoured by position: A B C, then C B A, then A B C, ..."""
+    order: list[tuple[Trial, int]] = []
+    for r in range(repeats):
+        seq = trials if r % 2 == 0 else list(reversed(trials))
+        order.extend((t, r) for t in seq)
+    return order
+
+
+def grid_order(trials: list[Trial], repeats: int, until_confident: bool) -> list[tuple[Trial, int]]:
+    """The order of a grid's runs. With ``--until-confident`` the trial with the fewest
+    accumulation steps of each effective batch goes first: its steps are usually the cheapest,
+    so it is the one measured to full precision, and each later trial may stop as soon as its
+    interval is clear of the earlier ones (:func:`tracetui.analysis.stop_reason`)."""
+    if until_confident:
+        group = {eb: i for i, eb in enumerate(dict.fromkeys(t.effective_batch for t in trials))}
+        trials = sorted(trials, key=lambda t: (group[t.effective_batch], t.grad_accum))
+    return interleave(trials, repeats)
+
+
+class GridPlanner(Planner):
+    """Every trial, ``repeats`` times, in a fixed interleaved order."""
+
+    name = "grid"
+
+    def __init__(self, trials: list[Trial], repeats: int, until_confident: bool = False):
+        self.order = [Decision(t, r, why=f"grid: run {i + 1} of {len(trials) * repeats}")
+                      for i, (t, r) in enumerate(grid_order(trials, repeats, until_confident))]
+        self._next = 0
+
+    def preview(self) -> list[Decision]:
+        return list(self.order)
+
+    def next(self) -> Decision | None:
+        if self._next >= len(self.order):
+            return None
+        self._next += 1
+        return self.order[self._next - 1]
+
+
+class Measured:
+    """What each run of a sweep measured so far (rank 0), from its events: step walls per trial
+    (for ``--until-confident``'s references), and per run the typed result a planner is told."""
+
+    def __init__(self) -> None:
+        self._spec: dict[str, RunSpec] = {}
+        self._walls: dict[Trial, list[float]] = {}
+        self._run_walls: dict[str, list[float]] = {}
+        self._peak: dict[str, float] = {}
+        self.stages: dict[str, dict[str, float]] = {}
+
+    def add(self, spec: RunSpec) -> None:
+        self._spec[spec.run_id] = spec
+
+    def observe(self, event: dict) -> None:
+        rid = event.get("run_id")
+        spec = self._spec.get(rid)
+        if spec is None:
+            return
+        if event.get("type") == RUN_STAGE and event.get("rank", 0) == 0:
+            self.stages.setdefault(rid, {})[event["stage"]] = float(event["elapsed_s"])
+        if event.get("type") != STEP or event.get("rank") not in (0, None):
+            return
+        if event.get("peak_mem_gib") is not None:
+            self._peak[rid] = max(self._peak.get(rid, 0.0), float(event["peak_mem_gib"]))
+        if event.get("warmup") or event.get("wall_ms") is None:
+            return
+        self._walls.setdefault(spec.trial, []).append(float(event["wall_ms"]))
+        self._run_walls.setdefault(rid, []).append(float(event["wall_ms"]))
+
+    def result(self, spec: RunSpec, status: str, message: str = "") -> TrialResult:
+        return TrialResult(spec, status, list(self._run_walls.get(spec.run_id, [])),
+                           self._peak.get(spec.run_id), message)
+
+    def references(self, trial: Trial, least: int) -> list[tuple[float, float]]:
+        """Intervals of the other trials of ``trial``'s effective batch with ``least`` steps."""
+        from .analysis import SETTLE_Z, enough_for_interval, settle_interval
+
+        return [settle_interval(w) for t, w in self._walls.items()
+                if t != trial and t.effective_batch == trial.effective_batch and len(w) >= least
+                and enough_for_interval(len(w), SETTLE_Z)]
+
+
+def make_planner(cfg, trials: list[Trial]) -> Planner:
+    """The planner ``cfg`` asks for: ``--search`` (:mod:`tracetui.search`), also the default
+    above a handful of runs (saying so once, on stderr), or the grid (``--grid``)."""
+    from .search import make_search, wants_search
+
+    search, line = wants_search(cfg, trials)
+    if search:
+        if line:
+            import sys
+
+            sys.stderr.write(f"tracetui: {line}\n")
+        return make_search(cfg, trials)
+    return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)
+
+
+def dry_run_lines(planner: Planner, cfg) -> list[str]:
+    """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides."""
+    preview = planner.preview()
+    if preview is None:
+        return [f"{planner.name}: runs are decided as it goes"] + planner.notes()
+    steps = f"{'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps"
+    return [f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
+            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + f"), {steps}, {cfg.model}"
+            for n, d in enumerate(preview, 1)]
+

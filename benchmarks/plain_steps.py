@@ -27,6 +27,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--ragged", action="store_true", help="rows of chat-like lengths (tracetui's synthetic-ragged)")
+    p.add_argument("--liger", action="store_true", help="use_liger_kernel=True")
     p.add_argument("--seed", type=int, default=42)
     ns = p.parse_args()
     mb, ga = (int(x) for x in ns.split.split("x"))
@@ -50,7 +52,12 @@ def main() -> None:
     model.config.use_cache = False
     gen = torch.Generator().manual_seed(ns.seed)
     rows = torch.randint(3, model.config.vocab_size, (mb * ga * ns.steps, ns.seq_len), generator=gen)
-    data = Dataset.from_dict({"input_ids": rows.tolist()})
+    rows = rows.tolist()
+    if ns.ragged:  # the same lengths tracetui's synthetic-ragged draws
+        from tracetui.runner.sources import ragged_lengths
+
+        rows = [r[:k] for r, k in zip(rows, ragged_lengths(len(rows), ns.seq_len, ns.seed))]
+    data = Dataset.from_dict({"input_ids": rows})
     known = {f.name for f in dataclasses.fields(SFTConfig)}
     ckpt = {n: ns.activation_checkpointing for n in ("activation_checkpointing", "gradient_checkpointing") if n in known}
     if ns.activation_checkpointing:
@@ -59,7 +66,8 @@ def main() -> None:
                      gradient_accumulation_steps=ga, max_steps=ns.steps, learning_rate=2e-4, seed=ns.seed,
                      data_seed=ns.seed, bf16=bf16, fp16=False, use_cpu=not cuda, logging_steps=ns.steps,
                      save_strategy="no", report_to="none", disable_tqdm=True, max_length=ns.seq_len,
-                     packing=False, dataloader_num_workers=0, lr_scheduler_type="constant")
+                     packing=False, dataloader_num_workers=0, lr_scheduler_type="constant",
+                     use_liger_kernel=ns.liger)
 
     class Timer(TrainerCallback):
         def __init__(self):
@@ -70,6 +78,7 @@ def main() -> None:
             self.read = {"checkpointing": bool(getattr(model, "is_gradient_checkpointing", None)),
                          "attn": model.config._attn_implementation,
                          "optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__,
+                         "liger": bool(args.use_liger_kernel),
                          "bf16": args.bf16}
             self.t = [time.perf_counter()]
 
@@ -83,7 +92,8 @@ def main() -> None:
     trainer.train()
     steps = [1000 * (b - a) for a, b in zip(timer.t, timer.t[1:])][ns.warmup:]
     print(json.dumps({"split": ns.split, "model": ns.model, "seq_len": ns.seq_len,
-                      "activation_checkpointing_asked": ns.activation_checkpointing, "read_back": timer.read,
+                      "activation_checkpointing_asked": ns.activation_checkpointing, "ragged": ns.ragged,
+                      "liger_asked": ns.liger, "read_back": timer.read,
                       "steps": len(steps), "median_ms": statistics.median(steps),
                       "p10_ms": sorted(steps)[len(steps) // 10], "p90_ms": sorted(steps)[(9 * len(steps)) // 10]}))
 

@@ -13,38 +13,37 @@
 # wall times. STEPS, WARMUP and REPEATS override for a longer check (then the search's share of
 # the grid's time falls: it skips the slow small micro-batches, whose steps dominate the grid).
 # Needs the sweep to take its planner from tracetui.plan.make_planner (--search/--grid).
+# Usage: bash benchmarks/search_vs_grid.sh [LIMIT:PLANNER:SECONDS ...]   (default: all four, 300 s each)
 set -u
 OUT=${OUT:-out}
 STEPS=${STEPS:-2}
 WARMUP=${WARMUP:-1}
 REPEATS=${REPEATS:-1}
-mkdir -p "$OUT/runs"
+R=/tmp/search_vs_grid; mkdir -p "$R/runs"
 printf 'limit\tplanner\twall_s\texit\n' > "$OUT/walls.tsv"
-for limit in 24 80; do
-  for planner in search grid; do
-    t0=$(date +%s.%N)
-    python -m tracetui --export json -o "$OUT/${planner}_${limit}.json" --force \
-      --model qwen3-1.7b --seq-len 1024 --no-activation-checkpointing --effective-batch 64 \
-      --memory-limit "$limit" "--$planner" --steps "$STEPS" --warmup "$WARMUP" --repeats "$REPEATS" \
-      --runs-dir "$OUT/runs" 2> "$OUT/${planner}_${limit}.err"
-    code=$?
-    t1=$(date +%s.%N)
-    printf '%s\t%s\t%.1f\t%s\n' "$limit" "$planner" "$(echo "$t1 - $t0" | bc)" "$code" >> "$OUT/walls.tsv"
-  done
+jobs=("$@"); [ ${#jobs[@]} -eq 0 ] && jobs=(24:search:300 24:grid:300 80:search:300 80:grid:300)
+for job in "${jobs[@]}"; do
+  IFS=: read -r limit planner secs <<< "$job"
+  t0=$(date +%s.%N)
+  timeout "$secs" python -m tracetui --export json -o "$R/${planner}_${limit}.json" --force \
+    --model qwen3-1.7b --seq-len 1024 --no-activation-checkpointing --effective-batch 64 \
+    --memory-limit "$limit" "--$planner" --steps "$STEPS" --warmup "$WARMUP" --repeats "$REPEATS" \
+    --runs-dir "$R/runs/${planner}_${limit}" 2> "$R/${planner}_${limit}.err"
+  code=$?
+  t1=$(date +%s.%N)
+  python3 -c "print('$limit\t$planner\t%.1f\t$code' % ($t1 - $t0))" >> "$OUT/walls.tsv"
 done
 cat "$OUT/walls.tsv"
-python - "$OUT" <<'PY'
+python3 - "$R" <<'PY' | tee "$OUT/picks.txt"
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
-for limit in (24, 80):
-    for planner in ("grid", "search"):
-        p = out / f"{planner}_{limit}.json"
-        if not p.exists():
-            print(limit, planner, "no summary"); continue
-        data = json.loads(p.read_text())
-        rows = data["rows"] if isinstance(data, dict) and "rows" in data else data
-        ok = [r for r in rows if r.get("status") == "ok" and r.get("step_ms_median")]
-        best = min(ok, key=lambda r: r["step_ms_median"]) if ok else None
-        print(limit, planner, "pick:", best and best["split"], "|",
-              ", ".join(f"{r['split']} {r['status']} pred {r.get('predicted_mem_gib')} peak {r.get('peak_mem_gib')}" for r in rows))
+for p in sorted(out.glob("*.json")):
+    rows = json.loads(p.read_text())["splits"]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("step_ms_median")]
+    best = min(ok, key=lambda r: r["step_ms_median"]) if ok else None
+    print(p.stem, "pick:", best and best["split"])
+    for r in rows:
+        print("   ", r["split"], r["status"], "step", r.get("step_ms_median"), "pred", r.get("predicted_mem_gib"),
+              "peak", r.get("peak_mem_gib"), "|", r.get("why") or "", "|", (r.get("message") or "")[:90])
 PY
+tar -czf "$OUT/search_vs_grid.tar.gz" -C "$R" .

@@ -136,7 +136,7 @@ def test_sighup_to_a_script_sweep_stops_it_and_cleans_up(tmp_path):
 def test_a_thread_that_ends_does_not_take_its_trials_along():
     """The parent-death signal follows the thread that forked: trials are started from one
     launcher thread that lives as long as tracetui, not from the short-lived threads that ask."""
-    from tracetui.runner.sweep import die_with_this_process, launch
+    from tracetui.runner.lifetime import die_with_this_process, launch
 
     procs = {}
 
@@ -322,7 +322,9 @@ def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
         runs, out = tmp_path / f"runs{n}", tmp_path / f"out{n}.csv"
         proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
                        "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
-        wait_until(lambda: list(runs.glob("*/events.jsonl")) or proc.poll() is not None, 60)
+        # once the run's worker is up (its log exists): a Ctrl-C before that stops a sweep that has
+        # nothing to report as interrupted
+        wait_until(lambda: list(runs.glob("*/*.log")) or proc.poll() is not None, 60)
         while proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
             time.sleep(0.05)  # the fault itself: a second Ctrl-C 50 ms later, and another ...
@@ -355,7 +357,8 @@ SLOW_TRL = textwrap.dedent("""
 
 def test_sigterm_while_the_worker_imports_trl_is_interrupted(tmp_path):
     """TRL's lazy module wraps any exception of an import as ``RuntimeError: Failed to import
-    trl...``: the stop used to be reported as that error."""
+    trl...``: the stop used to be reported as that error. (Trials started as fresh interpreters,
+    ``TRACETUI_START=spawn``: a trial forked from the fork server imports nothing.)"""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SLOW_TRL)
@@ -363,7 +366,8 @@ def test_sigterm_while_the_worker_imports_trl_is_interrupted(tmp_path):
     args = ["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1, "--repeats", 1, "--runs-dir", runs]
     proc = subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, args)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]), SLOW_TRL_MARK=str(mark)))
+                            env=_env(PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]), SLOW_TRL_MARK=str(mark),
+                                     TRACETUI_START="spawn"))
     wait_until(lambda: mark.exists() or proc.poll() is not None, 120)
     assert mark.exists(), proc.communicate()[1]
     proc.send_signal(signal.SIGTERM)

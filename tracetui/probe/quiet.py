@@ -86,8 +86,21 @@ def measuring_root() -> int:
     tree: the sweep's other lanes, the other ranks and tracetui itself share the machine on
     purpose, and are not "other processes". A script on its own counts its own tree."""
     if os.environ.get("TRACETUI_TRIAL") or os.environ.get("TRACETUI_SOCKET") or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return os.getppid()
+        owner = os.environ.get("TRACETUI_OWNER_PID", "")
+        # tracetui itself when it says who it is (a trial forked by its fork server has the
+        # server as parent), else the parent
+        return int(owner) if owner.isdigit() and _alive(int(owner)) else os.getppid()
     return os.getpid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except PermissionError:
+        return True
+    except OSError:
+        return False
 
 
 def snapshot(root: int | None = None) -> dict[str, float] | None:

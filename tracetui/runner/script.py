@@ -29,7 +29,8 @@ from ..knobs import KNOBS, script_args
 from ..plan import Planner, RunSpec
 from ..store import EventLog
 from ..trial import Trial
-from .sweep import KILL_AFTER_S, OWNER_ENV, StallClock, SweepBase, die_with_this_process, launch, new_sweep_id
+from .lifetime import OWNER_ENV, die_with_this_process, launch
+from .sweep import KILL_AFTER_S, StallClock, SweepBase, new_sweep_id
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
 

@@ -28,6 +28,7 @@ from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult, make_planner
 from ..store import EventLog
 from ..trial import Trial
+from .lifetime import OWNER_ENV, launch, server_pid, start_shielded, trial_context
 
 #: after a worker exits without a final event, how long to keep draining its queue
 _DRAIN_S = 1.0
@@ -78,128 +79,6 @@ class StallClock:
             return None
         return (f"no progress for {idle:.0f} s (limit {self.limit:g} s, {self.why}); stopped; "
                 "if it was only slow, raise --stall-timeout SECONDS")
-
-
-# ---- no trial outlives tracetui ---------------------------------------------------------------
-#
-# The kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills a trial when tracetui
-# dies, however it dies (SIGKILL included). Two traps:
-#
-# * It is armed by the child, so tracetui may already be gone when the child arms it: right after
-#   arming, the child checks that its parent is still the process that started it, and exits if
-#   not (:func:`set_parent_death_signal`).
-# * It fires when the *thread* that forked the child ends, not the process. tracetui starts trials
-#   from lane threads, the monitor's sweep thread and rerun threads, all of which end while
-#   tracetui lives on. So every trial process is started by one launcher thread (:func:`launch`)
-#   that lives as long as the tracetui process: the signal then means "tracetui is gone", never
-#   "a helper thread finished". (A watchdog pipe polled by the child would also work, but needs a
-#   thread in every child, including the user's own script; the launcher costs nothing in the
-#   child.)
-#
-# Processes further down (torchrun's ranks, whatever a swept script starts) are not tracetui's
-# children: those that run Python get a watcher on tracetui's pid from ``tracetui.inject``'s
-# sitecustomize, which ``tracetui sweep`` and data-parallel runs put on their path.
-
-PR_SET_PDEATHSIG = 1
-#: the parent-death signal: SIGKILL, as nothing is left to report to, and a trial stopped in a
-#: debugger or a hung CUDA call could not act on a softer one
-DEATH_SIGNAL = signal.SIGKILL
-#: the environment variable naming tracetui's pid for processes further down (sitecustomize)
-OWNER_ENV = "TRACETUI_OWNER_PID"
-
-
-def _prctl():
-    """libc's prctl (resolved before any fork: a preexec function must not load libraries)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def set_parent_death_signal(parent_pid: int, sig: int = DEATH_SIGNAL, prctl=None) -> None:
-    """In a child: be sent ``sig`` when the parent dies; exit at once if ``parent_pid``, the
-    process that started this one, is already gone (the race between fork and arming)."""
-    prctl = prctl or _prctl()
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
-def die_with_this_process():
-    """A ``preexec_fn`` for :class:`subprocess.Popen`: the child is killed when this process
-    dies. Start the child from :func:`launch`."""
-    parent, prctl = os.getpid(), _prctl()
-
-    def preexec() -> None:
-        set_parent_death_signal(parent, DEATH_SIGNAL, prctl)
-
-    return preexec
-
-
-class _Launcher:
-    """One daemon thread that starts every trial process and lives as long as tracetui."""
-
-    def __init__(self) -> None:
-        self._jobs: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def _loop(self) -> None:
-        while True:
-            fn, box, done = self._jobs.get()
-            try:
-                box["value"] = fn()
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                box["error"] = exc
-            done.set()
-
-    def call(self, fn: Callable):
-        if threading.current_thread() is self._thread:
-            return fn()
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="tracetui-launcher", daemon=True)
-                self._thread.start()
-        box: dict = {}
-        done = threading.Event()
-        self._jobs.put((fn, box, done))
-        done.wait()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-
-_launcher = _Launcher()
-
-
-#: signals a worker takes from the terminal's process group (Ctrl-C, a hang-up): the sweep decides
-#: what they stop, and tells the worker with SIGTERM
-TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
-
-
-def start_shielded(proc) -> None:
-    """Start ``proc`` (a multiprocessing process) with :data:`TERMINAL_SIGNALS` blocked, a mask it
-    inherits: a Ctrl-C during its interpreter's start-up would otherwise print a traceback on the
-    terminal. The worker ignores them, then unblocks them (:func:`tracetui.runner.worker.run`)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
-    try:
-        proc.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def launch(start: Callable):
-    """Run ``start`` (which starts a trial process and returns its handle) on the launcher
-    thread, from whatever thread asks."""
-    return _launcher.call(start)
 
 
 class SweepBase:
@@ -412,7 +291,7 @@ class Sweep(SweepBase):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
         self._setup(cfg, trials, planner)
-        self._ctx = mp.get_context("spawn")
+        self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
         self._lock = threading.Lock()
         self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
         self.warnings = gpu_model_warnings(self.lanes)
@@ -434,7 +313,9 @@ class Sweep(SweepBase):
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
         payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
-                       repeat=spec.repeat, gpu=spec.gpu, log_path=log_path, parent_pid=os.getpid(), why=spec.why)
+                       repeat=spec.repeat, gpu=spec.gpu, log_path=log_path, why=spec.why, owner_pid=os.getpid(),
+                       # the trial's parent: the fork server, or this process for a spawned one
+                       parent_pid=(server_pid() if self._ctx.get_start_method() == "forkserver" else None) or os.getpid())
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
         from . import worker

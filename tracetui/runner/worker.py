@@ -107,9 +107,11 @@ def run(spec: dict, mp_queue: Any) -> None:
     gpu (index or None), log_path, parent_pid (the sweep's process)."""
     # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
     if spec.get("parent_pid"):
-        from .sweep import set_parent_death_signal
+        from .lifetime import OWNER_ENV, release_server, set_parent_death_signal
 
+        release_server()
         set_parent_death_signal(spec["parent_pid"])
+        os.environ[OWNER_ENV] = str(spec.get("owner_pid") or spec["parent_pid"])
     # The sweep decides what Ctrl-C and a terminal hang-up (sent to the whole process group)
     # stop: it sends SIGTERM. It started this process with them blocked (start-up is not ours).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

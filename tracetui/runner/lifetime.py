@@ -1,0 +1,196 @@
+"""How trial processes are started, and why none outlives tracetui.
+
+Each trial runs in a fresh process (an out-of-memory or a crash cannot poison the next). Those
+processes are forked from a *fork server* that imported torch, transformers, TRL and PEFT once
+(:func:`trial_context`): a trial then starts in well under a second instead of paying those
+imports again (8-12 s on an H200 host), while still being a process of its own that initialises
+CUDA itself (the server never touches CUDA). ``TRACETUI_START=spawn`` starts each trial as a
+fresh interpreter instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import sys
+import threading
+from typing import Callable
+
+# ---- no trial outlives tracetui ---------------------------------------------------------------
+#
+# The kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills a trial when tracetui
+# dies, however it dies (SIGKILL included). Two traps:
+#
+# * It is armed by the child, so tracetui may already be gone when the child arms it: right after
+#   arming, the child checks that its parent is still the process that started it, and exits if
+#   not (:func:`set_parent_death_signal`).
+# * It fires when the *thread* that forked the child ends, not the process. tracetui starts trials
+#   from lane threads, the monitor's sweep thread and rerun threads, all of which end while
+#   tracetui lives on. So every trial process is started by one launcher thread (:func:`launch`)
+#   that lives as long as the tracetui process: the signal then means "tracetui is gone", never
+#   "a helper thread finished". (A watchdog pipe polled by the child would also work, but needs a
+#   thread in every child, including the user's own script; the launcher costs nothing in the
+#   child.)
+#
+# Processes further down (torchrun's ranks, whatever a swept script starts) are not tracetui's
+# children: those that run Python get a watcher on tracetui's pid from ``tracetui.inject``'s
+# sitecustomize, which ``tracetui sweep`` and data-parallel runs put on their path.
+
+PR_SET_PDEATHSIG = 1
+#: the parent-death signal: SIGKILL, as nothing is left to report to, and a trial stopped in a
+#: debugger or a hung CUDA call could not act on a softer one
+DEATH_SIGNAL = signal.SIGKILL
+#: the environment variable naming tracetui's pid for processes further down (sitecustomize)
+OWNER_ENV = "TRACETUI_OWNER_PID"
+
+
+def _prctl():
+    """libc's prctl (resolved before any fork: a preexec function must not load libraries)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def set_parent_death_signal(parent_pid: int, sig: int = DEATH_SIGNAL, prctl=None) -> None:
+    """In a child: be sent ``sig`` when the parent dies; exit at once if ``parent_pid``, the
+    process that started this one, is already gone (the race between fork and arming)."""
+    prctl = prctl or _prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def die_with_this_process():
+    """A ``preexec_fn`` for :class:`subprocess.Popen`: the child is killed when this process
+    dies. Start the child from :func:`launch`."""
+    parent, prctl = os.getpid(), _prctl()
+
+    def preexec() -> None:
+        set_parent_death_signal(parent, DEATH_SIGNAL, prctl)
+
+    return preexec
+
+
+class _Launcher:
+    """One daemon thread that starts every trial process and lives as long as tracetui."""
+
+    def __init__(self) -> None:
+        self._jobs: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            done.set()
+
+    def call(self, fn: Callable):
+        if threading.current_thread() is self._thread:
+            return fn()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="tracetui-launcher", daemon=True)
+                self._thread.start()
+        box: dict = {}
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+
+_launcher = _Launcher()
+
+
+#: signals a worker takes from the terminal's process group (Ctrl-C, a hang-up): the sweep decides
+#: what they stop, and tells the worker with SIGTERM
+TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
+
+
+def start_shielded(proc) -> None:
+    """Start ``proc`` (a multiprocessing process) with :data:`TERMINAL_SIGNALS` blocked, a mask it
+    inherits: a Ctrl-C during its interpreter's start-up would otherwise print a traceback on the
+    terminal. The worker ignores them, then unblocks them (:func:`tracetui.runner.worker.run`)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+    try:
+        proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def launch(start: Callable):
+    """Run ``start`` (which starts a trial process and returns its handle) on the launcher
+    thread, from whatever thread asks."""
+    return _launcher.call(start)
+
+
+
+#: what every trial imports, imported once by the fork server (none of it initialises CUDA)
+PRELOAD = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
+           "trl.trainer.sft_trainer", "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback"]
+#: ``spawn`` (a fresh interpreter per trial) or ``forkserver`` (the default on Linux)
+START_ENV = "TRACETUI_START"
+
+
+def trial_context():
+    """The multiprocessing context trials start in: a fork server with :data:`PRELOAD`
+    imported, started now (from the main thread, with the terminal's signals ignored, which
+    the server and every trial forked from it inherit: the sweep alone decides what a Ctrl-C
+    or a hang-up stops, and tells each trial with SIGTERM). ``spawn`` where there is no fork
+    server (not Linux) or ``TRACETUI_START=spawn``."""
+    if os.environ.get(START_ENV, "forkserver") == "spawn" or not sys.platform.startswith("linux"):
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    from multiprocessing import forkserver
+
+    # fork-safe CUDA checks in the server: NVML, never the CUDA driver
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    main = threading.current_thread() is threading.main_thread()
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS} if main else {}
+    try:
+        forkserver.ensure_running()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return ctx
+
+
+def server_pid() -> int | None:
+    """The fork server's pid (a forked trial's parent), when one runs."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public accessor
+
+
+def release_server() -> None:
+    """In a forked trial: let go of the fork server's "tracetui is alive" pipe. multiprocessing
+    hands every forked child the pipe's write end (so that it could fork more), and the server
+    waits for the last holder to go before it exits: held by a trial, a killed tracetui would
+    leave the server, and so the trial (whose parent-death signal waits for the server), alive."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 - no public way to drop it
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None

@@ -61,11 +61,15 @@ def _worker(runs: Path, steps: int = 1) -> int | None:
     return None
 
 
-def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(tmp_path):
+@pytest.mark.parametrize("start", ["spawn", "forkserver"])
+def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(tmp_path, start):
     """A second sweep on the same -o is refused with one line while the first runs; SIGKILL of
-    the first takes its worker along within seconds (it trained on for minutes) and its lock."""
+    the first takes its worker along within seconds (it trained on for minutes) and its lock.
+    A trial forked from the fork server goes too (the server exits once tracetui is gone, and
+    the trial's parent-death signal follows)."""
     runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path)
+    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path,
+                   TRACETUI_START=start)
     wait_until(lambda: _worker(runs) is not None or first.poll() is not None, 180)
     pid = _worker(runs)
     assert pid, first.communicate()[1]

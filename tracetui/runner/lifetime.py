@@ -1,11 +1,12 @@
 """How trial processes are started, and why none outlives tracetui.
 
-Each trial runs in a fresh process (an out-of-memory or a crash cannot poison the next). Those
-processes are forked from a *fork server* that imported torch, transformers, TRL and PEFT once
-(:func:`trial_context`): a trial then starts in well under a second instead of paying those
-imports again (8-12 s on an H200 host), while still being a process of its own that initialises
-CUDA itself (the server never touches CUDA). ``TRACETUI_START=spawn`` starts each trial as a
-fresh interpreter instead.
+Each trial runs in a fresh process (an out-of-memory or a crash cannot poison the next): by
+default a fresh interpreter (``spawn``). ``TRACETUI_START=forkserver`` forks each trial from a
+*fork server* that imported torch, transformers, TRL and PEFT once (:func:`trial_context`): a
+trial then reaches its first step in about a second instead of 11-13 s on an H200 host. It is
+not the default: in the one H200 comparison (docs/results/h200_start) the forked trials' 1x4
+steps measured 15% slower than spawned ones at the same clocks on a quiet machine, and until
+that is explained the default is the start that leaves the measured steps as they were.
 """
 
 from __future__ import annotations
@@ -144,8 +145,10 @@ def launch(start: Callable):
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
 PRELOAD = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
            "trl.trainer.sft_trainer", "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback"]
-#: ``spawn`` (a fresh interpreter per trial) or ``forkserver`` (the default on Linux)
+#: ``spawn`` (a fresh interpreter per trial, the default) or ``forkserver`` (Linux)
 START_ENV = "TRACETUI_START"
+#: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def trial_context():
@@ -154,19 +157,27 @@ def trial_context():
     the server and every trial forked from it inherit: the sweep alone decides what a Ctrl-C
     or a hang-up stops, and tells each trial with SIGTERM). ``spawn`` where there is no fork
     server (not Linux) or ``TRACETUI_START=spawn``."""
-    if os.environ.get(START_ENV, "forkserver") == "spawn" or not sys.platform.startswith("linux"):
+    if os.environ.get(START_ENV, "spawn") != "forkserver" or not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     from multiprocessing import forkserver
 
-    # fork-safe CUDA checks in the server: NVML, never the CUDA driver
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     main = threading.current_thread() is threading.main_thread()
     old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS} if main else {}
+    # the server's imports must not initialise the CUDA driver (a forked child could not use
+    # it): torch's availability checks go through NVML there; each trial turns it back off
+    before = os.environ.get(NVML_CHECK)
+    if before == "1":
+        os.environ["TRACETUI_USER_NVML_CHECK"] = "1"  # the user's own: trials keep it
+    os.environ[NVML_CHECK] = "1"
     try:
         forkserver.ensure_running()
     finally:
+        if before is None:
+            os.environ.pop(NVML_CHECK, None)
+        else:
+            os.environ[NVML_CHECK] = before
         for sig, handler in old.items():
             signal.signal(sig, handler)
     return ctx
@@ -186,6 +197,9 @@ def release_server() -> None:
     leave the server, and so the trial (whose parent-death signal waits for the server), alive."""
     from multiprocessing import forkserver
 
+    if os.environ.get(START_ENV) == "forkserver" and os.environ.get(NVML_CHECK) == "1" \
+            and not os.environ.get("TRACETUI_USER_NVML_CHECK"):
+        os.environ.pop(NVML_CHECK)  # the server's setting, not the user's: the usual check again
     server = forkserver._forkserver  # noqa: SLF001 - no public way to drop it
     fd = getattr(server, "_forkserver_alive_fd", None)
     if fd is not None:

@@ -110,6 +110,9 @@ def test_vary_sweep_end_to_end(tmp_path):
     assert all("liger-kernel" in r["message"] for r in liger)
     ran = {t: r for t, r in rows.items() if "liger=off" in t}
     assert all(r["status"] == "ok" for r in ran.values()), ran
+    for t, r in ran.items():  # where each run's start went: its parts add up to it
+        parts = [float(r[k]) for k in ("start_imports_s", "start_model_s", "start_data_s", "start_trainer_s")]
+        assert float(r["start_s"]) > 0 and abs(sum(parts) - float(r["start_s"])) < 0.01, r
     for t, r in ran.items():  # what the model really ran with, read back
         assert r["attn_implementation"] == ("eager" if "attn=eager" in t else "sdpa"), (t, r["attn_implementation"])
         assert r["loss_type"] == ("dft" if "loss=dft" in t else "nll")

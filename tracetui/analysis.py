@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .events import FAIL_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STARTED, STEP
+from .events import FAIL_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
 from .config import KNOB_DEFAULTS
 from .knobs import KNOBS, SHORT, fmt, result_changing
 from .knobs import sft_args as knob_sft_args
@@ -300,6 +300,8 @@ class RunData:
     finished: dict = field(default_factory=dict)
     #: what the trainer really ran with (rank 0's read-back)
     settings: dict = field(default_factory=dict)
+    #: when each stage before the first step began, seconds after the process started
+    stages: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -331,6 +333,9 @@ class RunData:
             self.gpu.append(event)
         elif etype == NOTICE:
             self.notices.append(event.get("message", ""))
+        elif etype == RUN_STAGE:
+            if event.get("rank", 0) == 0 and isinstance(event.get("stages"), dict):
+                self.stages = event["stages"]
         elif etype == RUN_SETTINGS:
             if event.get("rank", 0) == 0 or not self.settings:
                 self.settings = event.get("settings") or {}
@@ -481,6 +486,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             bad = min(bad_steps)
             row["message"] = "; ".join(x for x in (row["message"], f"loss went non-finite at step {bad}") if x)
         row["precision_used"] = _precision_of(runs[0])
+        _add_start(row, runs)
         _add_settings(row, runs)
         _add_quiet(row, runs)
         row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
@@ -504,6 +510,25 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         for k in ("loss_curve", "_mu", "_k", "_var", "_df"):
             row.pop(k, None)
     return rows
+
+
+#: a run's start, split into its parts: column -> (the stage it starts at, the stage it ends at)
+START_PARTS = {
+    "start_imports_s": (None, "building the model"),
+    "start_model_s": ("building the model", "preparing data"),
+    "start_data_s": ("preparing data", "building the trainer"),
+    "start_trainer_s": ("building the trainer", "first step"),
+    "start_s": (None, "first step"),
+}
+
+
+def _add_start(row: dict, runs: list[RunData]) -> None:
+    """Where each run's start went, process start to its first step (medians over the runs):
+    the interpreter and imports, building the model, preparing data, building the trainer."""
+    for col, (a, b) in START_PARTS.items():
+        spans = [r.stages[b] - (r.stages[a] if a else 0.0) for r in runs
+                 if b in r.stages and (a is None or a in r.stages)]
+        row[col] = median(spans) if spans else None
 
 
 def varied_on(row: dict, name: str) -> bool:

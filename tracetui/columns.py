@@ -166,6 +166,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("changes_result", help="why this trial does not compute what the others do (never recommended "
                                   "unless --allow-result-changes)"),
     Column("first_step_ms", unit="ms", help="the first (warm-up) step: one-off costs, compiling included"),
+    Column("start_s", unit="s", help="process start to the first step (median run)"),
+    Column("start_imports_s", unit="s", help="of it: the interpreter and imports"),
+    Column("start_model_s", unit="s", help="of it: building the model"),
+    Column("start_data_s", unit="s", help="of it: preparing the data"),
+    Column("start_trainer_s", unit="s", help="of it: building the trainer"),
     Column("compile_s", unit="s", help="torch.compile's time: the first step beyond an ordinary one"),
     # settings varied that the read-back below does not name
     *(Column(name, help=f"--vary {name}: the value asked for") for name in KNOBS if name not in SETTING_COLUMNS),

@@ -7,7 +7,6 @@ import pytest
 
 from tracetui.analysis import (Results, confident, median, median_ci, bootstrap_medians, order_stat_ci,
                                recommendation, settle_interval, settled, stop_reason, StopRule, summarise, verdict)
-from tracetui.config import SweepConfig
 from tracetui.trial import Trial as Split
 from tracetui.events import make
 from tracetui.plan import grid_order, interleave

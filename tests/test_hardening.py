@@ -191,7 +191,7 @@ def test_whatever_passes_the_schema_can_be_analysed_and_exported(items):
     """The listener's consumers (analysis, the exports, the headless progress lines) never raise
     on an event the schema let through: what arrives from outside is checked enough."""
     from tracetui.analysis import Results, summarise
-    from tracetui.cli import progress_printer
+    from tracetui.session import progress_printer
     from tracetui.export import steps_csv, summary_csv, summary_json
 
     base = {"run_started": _started, "step": _step,

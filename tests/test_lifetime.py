@@ -86,7 +86,7 @@ def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(tmp_path,
     first.wait(30)
     wait_until(lambda: not _alive(pid), 5)  # the kernel's parent-death signal
     # the lock went with the process: the path is free again, though the lock file stayed
-    from tracetui.cli import lock_output, release_outputs
+    from tracetui.session import lock_output, release_outputs
 
     lock_output(str(out), "--output")
     release_outputs()

@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from tracetui.analysis import Results, diagnose, summarise
-from tracetui.cli import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, default_output, exit_status, main
+from tracetui.cli import main
+from tracetui.session import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, default_output, exit_status
 from tracetui.events import make, parse_line
 from tracetui.store import read_events
 from tracetui.tui.app import HelpScreen, TraceApp, monitor_exit, watch_idle

@@ -56,7 +56,7 @@ def test_parallel_lanes_on_a_fake_device_list(tmp_path):
 
 def test_gpus_refused_without_gpus(capsys):
     from tracetui.cli import main
-    from tracetui.config import gpu_count
+    from tracetui.runner.preflight import gpu_count
 
     if gpu_count() > 0:
         pytest.skip("this machine has GPUs")

@@ -5,7 +5,8 @@ import pytest
 
 from tracetui.analysis import Results, summarise
 from tracetui.config import SweepConfig, validate
-from tracetui.plan import WAIT, GridPlanner, RunSpec, TrialResult, make_planner
+from tracetui.plan import WAIT, GridPlanner, RunSpec, TrialResult
+from tracetui.search import make_planner
 from tracetui.search import SearchPlanner, wants_search
 from tracetui.trial import Trial
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .cli import EXIT_NONE_OK, UsageError, _out_args, _Parser, write_and_report
+from .session import EXIT_NONE_OK, UsageError, add_output_args, Parser, write_and_report
 from .config import ConfigError
 
 
-def _show_parser() -> _Parser:
-    p = _Parser(prog="tracetui show", description=(
+def _show_parser() -> Parser:
+    p = Parser(prog="tracetui show", description=(
         "Replay saved event logs (from a sweep, a watch or a TraceCallback) into the final table "
         "and CSV. Logs from several machines are compared side by side, labelled by GPU."))
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
-    _out_args(p)
+    add_output_args(p)
     return p
 
 
@@ -58,11 +58,11 @@ def _unreadable(path: str) -> str | None:
 def _check_output(path: str, force: bool, hint: str = "") -> None:
     """Refuse, with one line, a summary path that cannot be written or is already there
     (unless ``--force``)."""
-    from .cli import _check_new, _check_writable
+    from .session import check_new, check_writable
 
     try:
-        _check_writable(path, "--output")
-        _check_new(path, "--output", force)
+        check_writable(path, "--output")
+        check_new(path, "--output", force)
     except ConfigError as exc:
         raise UsageError(f"{exc}{hint}") from None
 
@@ -76,11 +76,11 @@ def show_main(argv: list[str]) -> int:
         why = _unreadable(f)
         if why:
             raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
-    from .cli import _fmt, default_output
+    from .session import output_format, default_output
 
     if ns.export and not ns.output:
         # beside the (first) log, named after its sweep; refused if a summary is already there
-        ns.default_output = default_output(ns.files[0], _fmt(ns))
+        ns.default_output = default_output(ns.files[0], output_format(ns))
         _check_output(ns.default_output, ns.force, "; or give -o PATH")
     elif ns.output:
         _check_output(ns.output, ns.force)
@@ -98,13 +98,13 @@ def show_main(argv: list[str]) -> int:
     return write_and_report(results, ns, None)
 
 
-def _watch_parser() -> _Parser:
-    p = _Parser(prog="tracetui watch", description=(
+def _watch_parser() -> Parser:
+    p = Parser(prog="tracetui watch", description=(
         "Listen for training scripts that use TraceCallback and show them live (several at once are "
         "kept apart by run id). With --export, run headless until Ctrl-C, then write the summary."))
     p.add_argument("--socket", default=None, help="UNIX socket path (default $TRACETUI_SOCKET or a per-user runtime folder)")
     p.add_argument("--runs-dir", default="tracetui_runs", help="where the received events are logged")
-    _out_args(p)
+    add_output_args(p)
     return p
 
 
@@ -113,18 +113,18 @@ def watch_main(argv: list[str]) -> int:
 
     from .analysis import Results
     from .attach import ListenerError, SocketListener, default_socket_path
-    from .cli import StopSignals, progress_printer, say
+    from .session import StopSignals, progress_printer, say
     from .runner.sweep import new_sweep_id
     from .store import EventLog
 
-    from .cli import _fmt, default_output
+    from .session import output_format, default_output
 
     ns = _watch_parser().parse_args(argv)
     if ns.output:
         _check_output(ns.output, ns.force)
     path = ns.socket or default_socket_path()
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
-    ns.default_output = default_output(log.path, _fmt(ns))
+    ns.default_output = default_output(log.path, output_format(ns))
     if not ns.export:
         from .tui.app import run_watch
 
@@ -159,20 +159,20 @@ def watch_main(argv: list[str]) -> int:
         signals.release()
 
 
-def _sweep_parser() -> _Parser:
+def _sweep_parser() -> Parser:
     from .config import add_arguments
 
-    p = _Parser(prog="tracetui sweep", description=(
+    p = Parser(prog="tracetui sweep", description=(
         "Run an unmodified HF/TRL training script once per split: tracetui sets "
         "--per_device_train_batch_size and --gradient_accumulation_steps and attaches its probe. "
         "Usage: tracetui sweep --splits 1x4,2x2,4x1 -- python train.py ARGS"))
     add_arguments(p)
-    _out_args(p)
+    add_output_args(p)
     return p
 
 
 def sweep_main(argv: list[str]) -> int:
-    from .cli import load_config, run_headless
+    from .session import load_config, run_headless
     from .config import ConfigError
     from .runner.script import ScriptSweep, check_command
 

@@ -177,21 +177,6 @@ class Measured:
                 and enough_for_interval(len(w), SETTLE_Z)]
 
 
-def make_planner(cfg, trials: list[Trial]) -> Planner:
-    """The planner ``cfg`` asks for: ``--search`` (:mod:`tracetui.search`), also the default
-    above a handful of runs (saying so once, on stderr), or the grid (``--grid``)."""
-    from .search import make_search, wants_search
-
-    search, line = wants_search(cfg, trials)
-    if search:
-        if line:
-            import sys
-
-            sys.stderr.write(f"tracetui: {line}\n")
-        return make_search(cfg, trials)
-    return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)
-
-
 def dry_run_lines(planner: Planner, cfg) -> list[str]:
     """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides."""
     preview = planner.preview()

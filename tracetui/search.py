@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from .analysis import PROBE_WHY, SETTLE_Z, enough_for_interval, predicted_text, settle_interval
 from .knobs import SHORT
-from .plan import WAIT, Decision, Planner, TrialResult
+from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from .trial import Trial
 
 #: share of the memory bound a predicted peak may take (the recommendation's 10% headroom)
@@ -397,3 +397,16 @@ def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
         return True, (f"searching rather than running all {runs} runs (the grid): memory probes, then the largest "
                       "micro-batch predicted to fit and its neighbours; --grid runs every split")
     return False, ""
+
+
+def make_planner(cfg, trials: list[Trial]) -> Planner:
+    """The planner ``cfg`` asks for: ``--search`` (:mod:`tracetui.search`), also the default
+    above a handful of runs (saying so once, on stderr), or the grid (``--grid``)."""
+    search, line = wants_search(cfg, trials)
+    if search:
+        if line:
+            import sys
+
+            sys.stderr.write(f"tracetui: {line}\n")
+        return make_search(cfg, trials)
+    return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)

@@ -10,25 +10,25 @@ a run that stops making progress is stopped and reported ``stalled`` (see :func:
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue as queue_mod
 import signal
 import statistics
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..config import SweepConfig, gpu_count
+from ..config import SweepConfig
 from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
 from ..knobs import KNOBS, SHORT
-from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult, make_planner
+from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult
+from ..search import make_planner
 from ..store import EventLog
 from ..trial import Trial
-from .lifetime import OWNER_ENV, launch, server_pid, start_shielded, trial_context
+from .lifetime import launch, server_pid, start_shielded, trial_context
+from .preflight import gpu_count
 
 #: after a worker exits without a final event, how long to keep draining its queue
 _DRAIN_S = 1.0

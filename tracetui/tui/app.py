@@ -433,9 +433,9 @@ def no_terminal() -> str | None:
 
 
 def _refuse(why: str) -> int:
-    from ..cli import _fail
+    from ..session import fail_line
 
-    return _fail(why)
+    return fail_line(why)
 
 
 class _TerminalOut:
@@ -477,7 +477,7 @@ def _run_on_terminal(app: TraceApp) -> None:
 
 def _quit_on_signals(app: TraceApp):
     """SIGTERM, SIGHUP or SIGINT make ``app`` quit as ``q`` does (see :func:`run_app`)."""
-    from ..cli import StopSignals
+    from ..session import StopSignals
 
     signals = StopSignals()
     signals.stop = lambda: setattr(app, "signalled", signals.signum)
@@ -491,7 +491,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
     monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
     status is 128 + the signal. Signals that come later change nothing (see
     :class:`~tracetui.cli.StopSignals`)."""
-    from ..cli import EXIT_INCOMPLETE, StopSignals, say
+    from ..session import StopSignals
     from ..runner.sweep import Sweep
 
     why = no_terminal()
@@ -513,9 +513,9 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
             sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
         if signals.signum:
             sweep.stop()
-        from ..cli import _fmt, default_output
+        from ..session import output_format, default_output
 
-        out = ns.output or default_output(sweep.log.path, _fmt(ns))
+        out = ns.output or default_output(sweep.log.path, output_format(ns))
         planned = [(s.run_id, s.label) for s in (sweep.planned() or [])]
         cmd = getattr(sweep, "cmd", None)
         # a script's own settings come with its runs (run_started, run_settings), not tracetui's
@@ -538,7 +538,7 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
     same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
     import signal as _signal
 
-    from ..cli import exit_status, no_split_finished, say
+    from ..session import exit_status, no_split_finished, say
 
     if signum and not app.quit_reason:  # came as the app was closing
         app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
@@ -567,9 +567,9 @@ def run_replay(events: list[dict], ns, skipped: str = "") -> int:
     why = no_terminal()
     if why:
         return _refuse(why)
-    from ..cli import _fmt, default_output
+    from ..session import output_format, default_output
 
-    app = TraceApp(ReplaySource(events), out_path=ns.output or default_output(ns.files[0], _fmt(ns)),
+    app = TraceApp(ReplaySource(events), out_path=ns.output or default_output(ns.files[0], output_format(ns)),
                    subtitle="replay of " + ", ".join(Path(f).name for f in ns.files[:3]), note=skipped,
                    project_steps=getattr(ns, "project_steps", None), force=getattr(ns, "force", False))
     signals = _quit_on_signals(app)
@@ -583,7 +583,7 @@ def run_replay(events: list[dict], ns, skipped: str = "") -> int:
 def run_watch(path: str, log, ns) -> int:
     """Open the monitor on scripts attaching to ``path``; on quit (or SIGTERM, SIGHUP, SIGINT),
     write the CSV."""
-    from ..cli import say
+    from ..session import say
     from ..attach import ListenerError, prepare_socket_path
 
     why = no_terminal()
@@ -595,10 +595,10 @@ def run_watch(path: str, log, ns) -> int:
     if why:
         log.discard_if_empty()
         return _refuse(why)
-    from ..cli import _fmt, default_output, exit_status
+    from ..session import output_format, default_output, exit_status
 
     source = WatchSource(path, log)
-    app = TraceApp(source, out_path=ns.output or default_output(log.path, _fmt(ns)), subtitle=f"watching {path}",
+    app = TraceApp(source, out_path=ns.output or default_output(log.path, output_format(ns)), subtitle=f"watching {path}",
                    project_steps=getattr(ns, "project_steps", None), force=getattr(ns, "force", False),
                    idle=watch_idle(path))
     signals = _quit_on_signals(app)

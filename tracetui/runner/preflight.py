@@ -1,0 +1,114 @@
+"""Checks before anything trains that need heavy imports or the machine (the model's config
+and LoRA targets, the data set, the device), and the GPU count. Above :mod:`tracetui.config`
+(which checks what needs no import) and the run sources, so neither imports the other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
+from ..presets import PRESETS
+
+
+def validate_deep(cfg: SweepConfig) -> None:
+    """Checks that need the model, the data or the GPU: run once in the parent before any run."""
+    from ..probe.callback import missing_callback_events
+
+    why = missing_callback_events()
+    if why:
+        raise ConfigError("transformers", why)
+    kind = model_kind(cfg.model)
+    if kind == "hub":
+        if "/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model:
+            raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id",
+                              f"use one of {', '.join(PRESETS)}, a directory, or an id like org/name")
+    model_config = None
+    if kind in ("local", "hub"):
+        try:
+            from transformers import AutoConfig
+
+            model_config = AutoConfig.from_pretrained(cfg.model)
+        except Exception as exc:  # noqa: BLE001 - any loader failure is a user-facing config error
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError("--model", f"cannot load {cfg.model!r} ({first[:160]})",
+                              "check the path or id, or use a built-in preset such as tiny") from None
+    else:
+        from ..presets import build_config
+
+        model_config = build_config(cfg.model)
+    check_lora_targets(cfg, model_config)
+    dkind = dataset_kind(cfg.dataset)
+    if dkind == "file":
+        p = Path(cfg.dataset)
+        if not p.is_file():
+            raise ConfigError("--dataset", f"{cfg.dataset} does not exist",
+                              "give an existing .json/.jsonl/.parquet/.txt/.csv file, a hub id, or synthetic")
+        if p.suffix.lower() not in DATA_SUFFIXES:
+            raise ConfigError("--dataset", f"{p.suffix or 'no suffix'} is not a supported data file",
+                              "use .json, .jsonl, .parquet, .txt or .csv")
+    if dkind != "synthetic":
+        from .sources import load_text_dataset
+
+        ds = load_text_dataset(cfg)  # raises ConfigError with a precise message
+        if len(ds) == 0:
+            raise ConfigError("--dataset", f"{cfg.dataset} has no rows", "give a data set with text in it")
+    gpus = cfg.gpu_list()
+    if gpus:
+        count = gpu_count()
+        bad = [g for g in gpus if g >= count]
+        if bad:
+            raise ConfigError("--gpus", f"GPU {bad[0]} does not exist (this machine has {count})",
+                              "list indices below that (nvidia-smi shows them)")
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device", f"{cfg.device} asked for, but this machine has no usable CUDA GPU",
+                              "use --device cpu or auto")
+        if ":" in cfg.device and int(cfg.device[5:]) >= torch.cuda.device_count():
+            raise ConfigError("--device", f"{cfg.device} does not exist (this machine has {torch.cuda.device_count()} GPU(s))",
+                              "pick an index below that")
+    if cfg.precision == "fp16" and cfg.device == "auto":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--precision", "fp16 training needs a GPU and none is available",
+                              "use fp32 or bf16 on CPU")
+
+
+def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
+    """``--lora-targets`` that name no module of the model would fail in every run, minutes in:
+    check them on the model's skeleton (built on the meta device: no memory, no weights)."""
+    if cfg.lora_targets.strip() == "all-linear":
+        return
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(model_config)
+    except Exception:  # noqa: BLE001 - a model the check cannot build is left to the run to judge
+        return
+    names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    tails = sorted({n.rsplit(".", 1)[-1] for n in names})
+    for target in (t.strip() for t in cfg.lora_targets.split(",") if t.strip()):
+        if not any(n == target or n.endswith("." + target) for n in names):
+            raise ConfigError("--lora-targets", f"{target!r} names no linear layer of {cfg.model}",
+                              f"use all-linear or some of {', '.join(tails[:12])}")
+
+
+def gpu_count() -> int:
+    """GPUs on this machine, without initialising CUDA in this process (NVML, else torch)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - no NVML: ask torch
+        try:
+            import torch
+
+            return torch.cuda.device_count()
+        except ImportError:
+            return 0

@@ -1,0 +1,449 @@
+"""What the entry points share, below them: exit codes, one-line errors, signals that stop a
+sweep, output paths and their locks, loading and checking the config, headless runs and their
+progress, writing the outputs and the exit status. The entry points (:mod:`tracetui.cli`,
+:mod:`tracetui.commands`) parse and dispatch; the monitor (:mod:`tracetui.tui.app`) and they
+call this; nothing here imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .config import ConfigError, SweepConfig, from_args, validate
+
+EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: the sweep ran, but some events could not be written to its log (a full disk): the outputs
+#: are incomplete, and a line says how many events and why
+EXIT_INCOMPLETE = 3
+#: the signals that stop a sweep (SIGHUP: the terminal went away, as when an SSH session drops)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class UsageError(Exception):
+    """A bad command line: printed on one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        raise UsageError(f"{message}; see `{self.prog} --help`")
+
+
+def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the events") -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
+    g.add_argument("-o", "--output", default=None,
+                   help=f"summary path (default: {default_out}, named after the sweep; - for stdout); "
+                        "a file already there is refused unless --force")
+    g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv file")
+    g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
+    g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
+    g.add_argument("--project-steps", type=int, default=None, metavar="N",
+                   help="project the wall time of a full training run of N optimizer steps per split")
+
+
+def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
+    # The message may quote what the user typed: keep it on one line whatever that holds.
+    line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in msg)
+    sys.stderr.write(f"tracetui: error: {line}\n")
+    return code
+
+
+def say(line: str) -> None:
+    """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
+    pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
+    buffer cannot fail the exit either."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        try:
+            sys.stderr = open(os.devnull, "w")
+        except OSError:
+            pass
+
+
+class StopSignals:
+    """Catches :data:`STOP_SIGNALS` while a sweep runs and its outputs are written.
+
+    The first signal calls ``stop`` and sets the exit status; later ones (a second Ctrl-C 50 ms
+    after the first) are only counted, so nothing can cut the writing of the outputs short. Once
+    a signal came, :meth:`release` leaves the signals ignored: the process is on its way out, and
+    a signal in its last moments would only print a ``KeyboardInterrupt`` traceback."""
+
+    def __init__(self, stop=None):
+        self.stop = stop
+        self.signum: int | None = None
+        self._old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+
+    def _on_signal(self, signum, frame) -> None:  # noqa: ARG002
+        if self.signum is None:
+            self.signum = int(signum)
+        if self.stop is not None:
+            self.stop()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def release(self) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, signal.SIG_IGN if self.signum else old)
+
+
+_held_locks: dict[str, int] = {}
+
+
+def _lock_path(path: str) -> str:
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tracetui-lock")
+
+
+def lock_output(path: str, flag: str) -> None:
+    """Hold an exclusive lock beside ``path`` for as long as this process lives (or until
+    :func:`release_outputs`): a second sweep writing the same file is refused with one line
+    instead of silently replacing the first one's results. The kernel drops the lock when the
+    process dies however it dies, so a lock file left by a killed sweep never blocks anyone."""
+    import fcntl
+
+    if path == "-":
+        return
+    key = os.path.abspath(path)
+    if key in _held_locks:
+        return
+    lock = _lock_path(key)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return  # a folder we cannot write in: the output check says so where it matters
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            finally:
+                os.close(fd)
+            raise ConfigError(flag, f"{path} is being written by another tracetui sweep"
+                              + (f" (pid {holder})" if holder.isdigit() else "") + ", which is still running",
+                              "wait for it to finish, or give another path") from None
+        except OSError:  # a file system without locks
+            os.close(fd)
+            return
+        try:  # its last holder may have removed it between our open and lock: lock what is there
+            st, mine = os.stat(lock), os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held_locks[key] = fd
+
+
+def release_outputs() -> None:
+    """Drop the output locks (removing their files while they are still held: see :func:`lock_output`)."""
+    for key, fd in list(_held_locks.items()):
+        try:
+            os.unlink(_lock_path(key))
+        except OSError:
+            pass
+        os.close(fd)
+        del _held_locks[key]
+
+
+def default_output(events_path, fmt: str = "csv") -> str:
+    """Where a summary goes when no ``-o`` is given: beside the events it summarises, named after
+    their sweep (``tracetui_runs/20261130-052808-0bb8/20261130-052808-0bb8.csv``), so no sweep's
+    summary ever replaces another's."""
+    p = Path(events_path)
+    stem = p.name
+    for ext in (".gz", ".jsonl", ".json"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+    name = p.parent.name if stem == "events" and p.parent.name else stem
+    return str(p.parent / f"{name}.{fmt}")
+
+
+def output_format(ns) -> str:
+    out = getattr(ns, "output", None) or ""
+    return ns.export or ("json" if out.endswith(".json") else "csv")
+
+
+def default_out(ns) -> str:
+    """The summary's path: ``-o``, else the one beside the events (set once the sweep has its
+    folder: ``ns.default_output``)."""
+    if ns.output:
+        return ns.output
+    return getattr(ns, "default_output", None) or ("tracetui_results.json" if ns.export == "json"
+                                                   else "tracetui_results.csv")
+
+
+def check_new(path: str | None, flag: str, force: bool) -> None:
+    """Refuse an explicit output that is already there (a summary of an earlier sweep, a file of
+    the user's) unless ``--force``: results are never replaced silently."""
+    if not path or path == "-" or force:
+        return
+    p = Path(path)
+    if p.is_file() and p.stat().st_size > 0:
+        raise ConfigError(flag, f"{path} already exists", "give another path, or add --force to replace it")
+
+
+def check_writable(path: str, flag: str) -> None:
+    if path == "-":
+        return
+    if Path(path).is_dir():
+        raise ConfigError(flag, f"{path} is a folder", "give a file path, e.g. results.csv")
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise ConfigError(flag, f"folder {parent} does not exist", "create it or choose another path")
+    if not os.access(parent, os.W_OK) or (Path(path).exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(flag, f"{path} is not writable", "choose a path you can write")
+
+
+def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
+    """The validated config and its splits; ``deep`` also checks model, data and device (not
+    for ``sweep``, where the script owns those)."""
+    cfg = from_args(ns)
+    splits = validate(cfg)
+    runs = Path(cfg.runs_dir)
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("--runs-dir", f"cannot create {cfg.runs_dir} ({exc.strerror})",
+                          "choose a writable folder") from None
+    if not os.access(runs, os.W_OK):
+        raise ConfigError("--runs-dir", f"{cfg.runs_dir} is not writable", "choose a writable folder")
+    if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
+        raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
+    if getattr(ns, "output", None):
+        check_writable(ns.output, "--output")
+    if getattr(ns, "steps_csv", None):
+        check_writable(ns.steps_csv, "--steps-csv")
+    if cfg.emit_config:
+        check_writable(cfg.emit_config, "--emit-config")
+    if deep:
+        from .runner.preflight import validate_deep
+
+        validate_deep(cfg)
+    if not getattr(ns, "dry_run", False):
+        # Last, once nothing else can refuse the run: held until the process ends. Only an
+        # explicit path can be shared: the default is the sweep's own (see default_output).
+        if not _held_locks:
+            import atexit
+
+            atexit.register(release_outputs)
+        for path, flag in ((getattr(ns, "output", None), "--output"), (getattr(ns, "steps_csv", None), "--steps-csv")):
+            if path:
+                lock_output(path, flag)
+        try:  # after the lock, so that a sweep still writing it is named as such
+            check_new(getattr(ns, "output", None), "--output", getattr(ns, "force", False))
+            check_new(getattr(ns, "steps_csv", None), "--steps-csv", getattr(ns, "force", False))
+        except ConfigError:
+            release_outputs()
+            raise
+    return cfg, splits
+
+
+def emit_recommendation(rows: list[dict], cfg: SweepConfig) -> str:
+    """``--emit-config``: write the recommended trial as a TRL config file; say what happened."""
+    if not cfg.emit_config:
+        return ""
+    from .analysis import recommended_rows
+    from .emit import write_trl_config
+
+    best = recommended_rows(rows, cfg.allow_result_changes)
+    if not best:
+        return f"no recommendation, so {cfg.emit_config} was not written"
+    try:
+        write_trl_config(cfg.emit_config, best[0], cfg)
+    except OSError as exc:
+        return f"error: cannot write {cfg.emit_config} ({exc.strerror or exc}); the summary is written"
+    more = f" (the first of {len(best)} effective batches)" if len(best) > 1 else ""
+    return f"TRL config for {best[0]['trial']}{more} in {cfg.emit_config}: trl sft --config {cfg.emit_config}"
+
+
+def progress_printer(total_runs: int, steps: int):
+    """Headless progress: one line per run start/end and per tenth of a run's steps."""
+    from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
+
+    state: dict = {"n": 0, "steps": {}}
+
+    def on_event(e: dict) -> None:
+        t = e["type"]
+        label = e["run_id"].split("/", 1)[-1]
+        if t == RUN_STARTED:
+            if e.get("rank", 0) != 0:
+                return
+            state["n"] += 1
+            state["steps"][e["run_id"]] = steps or (e.get("config") or {}).get("steps") or 0
+            env = e.get("env") or {}
+            where = env.get("gpu_name") or "CPU"
+            of = f"/{total_runs}" if total_runs else ""
+            if e.get("mode") == "not started":  # skipped or unavailable: its reason follows
+                say(f"[{state['n']}{of}] {label}: not started")
+                return
+            say(f"[{state['n']}{of}] {label}: started on {where} (pid {e.get('pid')})")
+        elif t == STEP and e.get("rank", 0) == 0:
+            total = state["steps"].get(e["run_id"], steps)
+            every = max(1, total // 10)
+            if e["step"] % every == 0 or e["step"] == total:
+                tag = " (warm-up)" if e["warmup"] else ""
+                of = f"/{total}" if total else ""
+                say(f"  {label}: step {e['step']}{of} {e['wall_ms']:.1f} ms{tag}")
+        elif t == RUN_FINISHED and e.get("rank", 0) == 0:
+            say(f"  {label}: ok")
+        elif t == RUN_FAILED:
+            say(f"  {label}: {e['kind']}: {e['message']}")
+        elif t == NOTICE and e.get("level") == "warning":
+            say(f"  {label}: {e['message']}")
+
+    return on_event
+
+
+def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str | None]:
+    """Write the summary (and steps CSV). Returns the rows and an error line, if writing failed:
+    the results stay in the JSONL either way."""
+    from .export import export, steps_csv, write_text
+
+    out = default_out(ns)
+    fmt = ns.export or ("json" if out.endswith(".json") else "csv")
+    try:
+        rows = export(results, fmt, out, getattr(ns, "project_steps", None))
+        if getattr(ns, "steps_csv", None):
+            write_text(ns.steps_csv, steps_csv(results))
+    except OSError as exc:
+        from .analysis import summarise
+
+        where = f"; every event is in {sweep_log}: export again with `tracetui show {sweep_log} -o OTHER.csv`" if sweep_log else ""
+        return summarise(results), f"cannot write {exc.filename or out} ({exc.strerror or exc}){where}"
+    return rows, None
+
+
+def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: bool = False,
+                incomplete: bool = False, write_error: bool = False, same_failure: str | None = None,
+                need_ok: bool = True) -> int:
+    """The exit status of a sweep, one rule for headless and the monitor: 2 when every run failed
+    the same way before its first step (the settings), 128 + the signal when interrupted, 3 when
+    events could not be written, 1 when the summary could not be written or no split finished
+    (``need_ok``: a sweep; a replay or a watch has nothing to finish), else 0."""
+    if same_failure and not signum:
+        return EXIT_USAGE
+    if interrupted or signum:
+        return 128 + (signum or signal.SIGINT)
+    if incomplete:
+        return EXIT_INCOMPLETE
+    if write_error:
+        return EXIT_NONE_OK
+    if need_ok and not any(r.get("status") == "ok" for r in rows):
+        return EXIT_NONE_OK
+    return EXIT_OK
+
+
+def write_and_report(results, ns, log_path: str | None, log=None) -> int:
+    """Write the outputs, say the verdict and the advice on stderr; the exit status for it.
+    ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
+    from .analysis import recommendation, scope_note, verdict
+
+    rows, err = finish_outputs(results, ns, log_path)
+    if err:
+        say(f"tracetui: error: {err}")
+    for line in (verdict(rows), recommendation(rows), scope_note(rows)):
+        if line:
+            say(f"tracetui: {line}")
+    incomplete = log is not None and log.incomplete
+    if incomplete:
+        say(f"tracetui: error: {log.incomplete_message()}")
+    return exit_status(rows, incomplete=incomplete, write_error=bool(err), need_ok=False)
+
+
+def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
+    """Run ``sweep`` (default: a :class:`Sweep` of ``cfg``) with progress on stderr; write outputs.
+
+    SIGINT, SIGTERM and SIGHUP stop it (:class:`StopSignals`), from before the sweep starts until
+    the outputs are written."""
+    signals = StopSignals(stop=sweep.stop if sweep is not None else None)
+    try:
+        return _run_headless(cfg, splits, ns, sweep, signals)
+    finally:
+        signals.release()
+        release_outputs()
+
+
+def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignals) -> int:
+    from .analysis import Results, recommendation, scope_note, verdict
+    from .runner.sweep import Sweep
+
+    results = Results()
+    # A script sweep's step count is the script's own (it arrives with each run_started).
+    if sweep is None:
+        sweep = Sweep(cfg, splits)
+        signals.stop = sweep.stop
+    planned = sweep.planned()
+    printer = progress_printer(len(planned) if planned is not None else 0,
+                               0 if getattr(sweep, "cmd", None) else cfg.steps)
+
+    def on_event(e: dict) -> None:
+        results.add(e)
+        printer(e)
+
+    sweep.on_event = on_event
+    ns.default_output = default_output(sweep.log.path, output_format(ns))
+    for w in sweep.warnings:
+        say(f"tracetui: warning: {w}")
+    planned = sweep.planned()
+    say(f"tracetui: {f'{len(planned)} run(s)' if planned is not None else 'runs decided as it goes'} "
+        f"({sweep.planner.name}); events -> {sweep.log.path}")
+    if signals.signum:  # came while the sweep was being set up
+        sweep.stop()
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    rows, err = finish_outputs(results, ns, str(sweep.log.path))
+    if err:
+        say(f"tracetui: error: {err}")
+    elif default_out(ns) != "-":
+        say(f"tracetui: summary in {default_out(ns)}")
+    line = verdict(rows)
+    if line:
+        say(f"tracetui: {line}")
+    for extra in (recommendation(rows, cfg.allow_result_changes), scope_note(rows)):
+        if extra:
+            say(f"tracetui: {extra}")
+    emitted = emit_recommendation(rows, cfg)
+    if emitted:
+        say(f"tracetui: {emitted}")
+    if sweep.log.incomplete:
+        say(f"tracetui: error: {sweep.log.incomplete_message()}")
+    same = getattr(sweep, "same_failure", None)
+    if same and not signals.signum:
+        say(f"tracetui: error: every run fails the same way before its first step, so the settings are at fault, "
+            f"not a split: {same}; the rest were not run")
+        return EXIT_USAGE
+    if sweep.interrupted or signals.signum:
+        done = [r.get("trial") or r["split"] for r in rows if r["status"] == "ok"]
+        say(f"tracetui: interrupted by {signals.name or 'a stop request'}; "
+            f"finished splits: {', '.join(done) or 'none'}; every measured step is in {sweep.log.path}")
+    elif not err and not sweep.log.incomplete and not any(r["status"] == "ok" for r in rows):
+        say(f"tracetui: error: {no_split_finished(results)}")
+    return exit_status(rows, signum=signals.signum, interrupted=sweep.interrupted,
+                       incomplete=sweep.log.incomplete, write_error=bool(err))
+
+
+def no_split_finished(results) -> str:
+    """One line: nothing could be measured, and why (the first failure's reason)."""
+    failed = [r for r in results.runs.values() if r.status not in ("ok", "queued", "warming up", "running")]
+    if not failed:
+        return "no split finished"
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kinds[r.status] = kinds.get(r.status, 0) + 1
+    first = failed[0]
+    return (f"no split finished: {len(failed)} run(s) failed ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+            f"{first.label if first.started else first.run_id.rsplit('/', 1)[-1]}: {first.message or first.status}")
+
+

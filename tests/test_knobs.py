@@ -137,3 +137,42 @@ def test_vary_sweep_end_to_end(tmp_path):
     # before its first step a run says what it is doing, in order
     stages = [e["stage"] for e in events if e["type"] == "run_stage" and "2x1_attn-eager_liger-off_loss-nll" in e["run_id"]]
     assert stages[:2] == ["importing torch", "importing transformers and TRL"] and stages[-1] == "first step"
+
+
+def test_the_monitor_groups_and_filters_trials_by_a_varied_setting():
+    """A replay of a real H200 sweep over checkpointing x Liger: the table groups the trials of
+    one combination together; ``f`` shows only one value of a setting, then the next, then all."""
+    from pathlib import Path
+
+    from tracetui.tui.app import TraceApp
+    from tracetui.tui.sources import ReplaySource
+    from tracetui.tui.widgets import StatusLine, SummaryTable
+
+    from .test_monitor_layout import drive, load
+
+    events = load(Path(__file__).resolve().parent.parent / "docs" / "results" / "h200_knobs" / "knobs2_events.jsonl.gz")
+    app = TraceApp(ReplaySource(events))
+
+    def shown(pilot):
+        return [r["trial"] for r in pilot.app.shown_rows()], len(pilot.app.query_one(SummaryTable).rows)
+
+    async def steps(pilot):
+        seen = [shown(pilot)]
+        for _ in range(5):
+            await pilot.press("f")
+            await pilot.pause()
+            seen.append((shown(pilot), str(pilot.app.query_one(StatusLine).render())))
+        return seen
+
+    first, *after = drive(app, (120, 36), steps)
+    trials, in_table = first
+    assert in_table == 8 and len(trials) == 8
+    # grouped: the two splits of each combination side by side
+    assert [t.split(" ", 1)[1] for t in trials[::2]] == [t.split(" ", 1)[1] for t in trials[1::2]]
+    values = [((t, n), line) for (t, n), line in after]
+    (only_a, line_a), (only_b, line_b) = values[0], values[1]
+    assert only_a[1] == 4 and all("ckpt=off" in t for t in only_a[0]) and "only activation_checkpointing=off" in line_a
+    assert only_b[1] == 4 and all("ckpt=on" in t for t in only_b[0])
+    liger = [v for v in values[2:4]]
+    assert [n for (_t, n), _line in liger] == [4, 4]
+    assert values[4][0][1] == 8 and "every trial" in values[4][1]

@@ -176,3 +176,29 @@ def test_the_monitor_groups_and_filters_trials_by_a_varied_setting():
     liger = [v for v in values[2:4]]
     assert [n for (_t, n), _line in liger] == [4, 4]
     assert values[4][0][1] == 8 and "every trial" in values[4][1]
+
+
+def test_a_script_sweep_sets_the_varied_settings_on_the_command_line(tmp_path):
+    """``tracetui sweep --vary ... -- python train.py``: each trial's command carries its split and
+    its varied values as the flags HfArgumentParser reads; the trial's settings reach the script's
+    callback through the environment (its run_started names the trial)."""
+    from tracetui.plan import RunSpec
+    from tracetui.runner.script import ScriptSweep
+
+    cfg = from_mapping({"splits": "2x1", "effective_batch": 2, "runs_dir": str(tmp_path),
+                        "vary": ["activation_checkpointing=off,on", "liger=off,on"]})
+    trials = validate(cfg)
+    sweep = ScriptSweep(cfg, trials, ["python", "train.py", "--max_steps", "5"])
+    try:
+        assert sweep.warnings == []  # both are SFTConfig flags: nothing to warn about
+        t = next(t for t in trials if t.setting("activation_checkpointing") and not t.setting("liger"))
+        cmd = sweep.command_for(RunSpec("x/1", t, 0))
+        assert cmd == ["python", "train.py", "--max_steps", "5", "--per_device_train_batch_size", "2",
+                       "--gradient_accumulation_steps", "1", "--gradient_checkpointing", "true",
+                       "--use_liger_kernel", "false"]
+    finally:
+        sweep.close()
+    # a flag the sweep sets per trial may not be on the command line already
+    with pytest.raises(ConfigError, match="already sets --load_in_4bit"):
+        ScriptSweep(from_mapping({"vary": ["qlora=off,on"], "runs_dir": str(tmp_path)}), [], ["python", "t.py",
+                                                                                           "--load_in_4bit"])

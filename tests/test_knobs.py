@@ -202,3 +202,30 @@ def test_a_script_sweep_sets_the_varied_settings_on_the_command_line(tmp_path):
     with pytest.raises(ConfigError, match="already sets --load_in_4bit"):
         ScriptSweep(from_mapping({"vary": ["qlora=off,on"], "runs_dir": str(tmp_path)}), [], ["python", "t.py",
                                                                                            "--load_in_4bit"])
+
+
+def test_compile_time_is_apart_from_the_step_and_charged_in_the_projection():
+    """With torch.compile varied on, the first (warm-up) step compiles: what it took beyond an
+    ordinary step is compile_s, not in the step column, and in the projected full run."""
+    from tracetui.analysis import Results, summarise
+    from tracetui.events import make
+
+    events = []
+    for compiled, first in ((False, 130.0), (True, 9130.0)):
+        trial = Trial(2, 1, 1, {"torch_compile": compiled})
+        rid = trial.slug(SHORT)
+        events.append(make("run_started", rid, label=trial.label(SHORT), **trial.fields(),
+                           config={"torch_compile": compiled}))
+        events.append(make("step", rid, step=1, warmup=True, wall_ms=first, forward_ms=[first / 2],
+                           backward_ms=[first / 2]))
+        for i in range(2, 12):
+            wall = (100.0 if compiled else 120.0) + i % 3
+            events.append(make("step", rid, step=i, warmup=False, wall_ms=wall, forward_ms=[wall / 2],
+                               backward_ms=[wall / 2]))
+        events.append(make("run_finished", rid))
+    rows = {r["trial"]: r for r in summarise(Results().extend(events), project_steps=1000)}
+    on, off = rows["2x1 compile=on"], rows["2x1 compile=off"]
+    assert on["step_ms_median"] == pytest.approx(101.0) and on["first_step_ms"] == 9130.0
+    assert on["compile_s"] == pytest.approx((9130.0 - 101.0) / 1000)
+    assert off.get("compile_s") is None
+    assert on["projected_s"] == pytest.approx(1000 * 0.101 + on["compile_s"])

@@ -160,7 +160,22 @@ def test_until_confident_later_splits_stop_once_settled(tmp_path):
     assert order == ["4x1", "1x4"]
     rows = {r["split"]: r for r in read_csv(out)}
     assert rows["4x1"]["steps_measured"] == "29" and rows["4x1"]["stop_reason"] == ""
-    assert rows["1x4"]["stop_reason"] == "settled" and 6 <= int(rows["1x4"]["steps_measured"]) < 29
+    # Whether 1x4 came clear of 4x1 depends on how loaded this machine was; what must hold either
+    # way is that the run stopped exactly where the rule, replayed on the steps it measured
+    # against 4x1's interval, says it had settled (or ran to the cap when it never did).
+    from tracetui.analysis import StopRule, settle_interval
+
+    events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
+    walls = {s: [e["wall_ms"] for e in events if e["type"] == "step" and e["run_id"].endswith("/" + s)
+                 and not e["warmup"]] for s in ("4x1", "1x4")}
+    rule = StopRule(0.01, 6, [settle_interval(walls["4x1"])])
+    stop_at = next((k for k in range(1, len(walls["1x4"]) + 1) if rule(walls["1x4"][:k])), None)
+    measured = int(rows["1x4"]["steps_measured"])
+    if stop_at is None or stop_at >= 28:  # never settled, or only as the cap came
+        assert measured == 29
+    else:
+        # the probe judges at each step's end on the steps resolved by then: at most one behind
+        assert rows["1x4"]["stop_reason"] == "settled" and stop_at <= measured <= stop_at + 1 and 6 <= stop_at
     assert claims_or_holds_back(proc.stderr, "4x1 is", "faster than 1x4")
 
 

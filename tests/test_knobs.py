@@ -229,3 +229,21 @@ def test_compile_time_is_apart_from_the_step_and_charged_in_the_projection():
     assert on["compile_s"] == pytest.approx((9130.0 - 101.0) / 1000)
     assert off.get("compile_s") is None
     assert on["projected_s"] == pytest.approx(1000 * 0.101 + on["compile_s"])
+
+
+def test_synthetic_ragged_rows_have_chat_like_lengths():
+    """The built-in ragged data set: the same rows for every trial, most short, a long tail cut
+    at --seq-len, none under 8 tokens; real token rows the trainer pads per micro-batch."""
+    import statistics
+
+    from tracetui.runner.sources import ragged_lengths, synthetic_dataset
+
+    lengths = ragged_lengths(4000, 1024, 42)
+    assert lengths == ragged_lengths(4000, 1024, 42)  # the same rows for every trial
+    assert min(lengths) >= 8 and max(lengths) == 1024
+    assert 200 <= statistics.median(lengths) <= 320  # a quarter of seq-len, give or take the draw
+    assert 0.03 <= sum(n == 1024 for n in lengths) / len(lengths) <= 0.15
+    cfg = from_mapping({"dataset": "synthetic-ragged", "seq_len": 64, "effective_batch": 4, "steps": 5})
+    ds = synthetic_dataset(cfg, vocab_size=300)
+    sizes = [len(r) for r in ds["input_ids"]]
+    assert len(sizes) == 20 and len(set(sizes)) > 3 and max(sizes) <= 64

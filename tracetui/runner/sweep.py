@@ -1,11 +1,12 @@
-"""The sweep: plan the runs, start one spawned worker per run, pump its events to disk and to
-whoever listens (TUI, headless progress), and turn a worker that dies silently into ``crashed``.
+"""The sweep: ask the planner what runs next, start one worker process per run, pump its events
+to disk and to whoever listens (TUI, headless progress), and turn a worker that dies silently
+into ``crashed``; tell the planner how each run ended.
 
 Each run gets a fresh process and a fresh bounded queue: a crash, an out-of-memory or a worker
 killed while holding the queue's lock cannot poison the next run.
 
-No trial process outlives tracetui (see :func:`set_parent_death_signal` and :func:`launch`), and
-a run that stops making progress is stopped and reported ``stalled`` (see :func:`stall_limit`).
+No trial process outlives tracetui (see :mod:`.lifetime`), and a run that stops making progress
+is stopped and reported ``stalled`` (see :func:`stall_limit`).
 """
 
 from __future__ import annotations

@@ -681,3 +681,23 @@ def test_show_says_what_a_path_is_when_it_is_not_a_log(tmp_path):
         proc = run_cli("show", path, "--export", "csv", timeout=60)
         assert proc.returncode == 2, (path, proc.stderr)
         assert needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_show_reads_gzip_logs_and_keeps_what_precedes_a_cut(tmp_path):
+    """Archived logs are gzipped (docs/results): ``show`` reads them as they are; a gzip stream
+    cut short keeps the events before the cut and says so in one counted line."""
+    import gzip
+    from pathlib import Path
+
+    from tracetui.store import read_events
+
+    src = Path(__file__).resolve().parent / "data" / "h200_sweep.jsonl"
+    plain = read_events([src]).events
+    packed = tmp_path / "events.jsonl.gz"
+    packed.write_bytes(gzip.compress(src.read_bytes()))
+    assert read_events([packed]).events == plain
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
+    report = read_events([cut])
+    assert 0 < len(report.events) < len(plain) and report.events == plain[:len(report.events)]
+    assert any("gzip stream cut short" in r for r in report.reasons) and report.skipped == 1

@@ -10,7 +10,9 @@ back out (the file is cut back to the last whole line): the log never holds a to
 from __future__ import annotations
 
 import errno
+import gzip
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -183,14 +185,44 @@ def read_events(paths: Iterable[str | os.PathLike], report: ReadReport | None = 
     over ``max_line`` bytes. Memory stays bounded by the longest line kept, whatever the file."""
     report = report or ReadReport()
     for path in paths:
-        with open(path, "rb") as fh:
-            for raw in _lines(fh, report, max_line):
-                line = raw.strip()
-                if not line:
-                    continue
-                event, why = parse_line(line)
-                if event is not None:
-                    report.events.append(event)
-                else:
-                    report.skip("not JSON (truncated or garbage)" if why == "not JSON" else why)
+        with _open_log(path) as fh:
+            try:
+                for raw in _lines(fh, report, max_line):
+                    line = raw.strip()
+                    if not line:
+                        continue
+                    event, why = parse_line(line)
+                    if event is not None:
+                        report.events.append(event)
+                    else:
+                        report.skip("not JSON (truncated or garbage)" if why == "not JSON" else why)
+            except (EOFError, zlib.error, gzip.BadGzipFile):
+                report.skip("a gzip stream cut short or corrupt (the events before it are kept)")
     return report
+
+
+def _open_log(path: str | os.PathLike):
+    """An event log as bytes: plain JSONL, or gzip-compressed (``events.jsonl.gz``, as logs are
+    archived), told apart by the gzip magic number, not the name."""
+    with open(path, "rb") as fh:
+        compressed = fh.read(2) == b"\x1f\x8b"
+    return _GzipLog(path) if compressed else open(path, "rb")
+
+
+class _GzipLog:
+    """A gzip log read a little at a time: a stream cut short raises at the cut, and what was
+    decompressed before it has been handed on (one large read would lose it with the error)."""
+
+    PIECE = 8192
+
+    def __init__(self, path: str | os.PathLike):
+        self._fh = gzip.open(path, "rb")
+
+    def read(self, n: int = -1) -> bytes:
+        return self._fh.read(self.PIECE if n is None or n < 0 else min(n, self.PIECE))
+
+    def __enter__(self) -> "_GzipLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._fh.close()

@@ -6,6 +6,8 @@
         --splits 1x4,2x2,4x1 --steps 15 --warmup 3 --precision bf16        # on the GPU
     python docs/make_screenshots.py --prefix h200_qwen3-1.7b --replay screenshots/h200_qwen3-1.7b_events.jsonl
                                      # the final table of a sweep recorded on the GPU, as `show` draws it
+    python docs/make_screenshots.py --prefix h200_knobs --size 140x40 \
+        --replay docs/results/h200_knobs/knobs2_events.jsonl.gz   # a sweep over settings (gzipped log)
 
 Arguments after ``--`` are tracetui's sweep flags.
 """
@@ -18,8 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from tracetui.cli import build_parser, load_config
+from tracetui.cli import build_parser
 from tracetui.runner.sweep import Sweep
+from tracetui.session import load_config
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import SweepSource
 
@@ -71,7 +74,7 @@ def main() -> int:
     sweep_ns = build_parser().parse_args(flags or ["--splits", "1x4,2x2,4x1", "--steps", "12", "--warmup", "2"])
     cfg, splits = load_config(sweep_ns)
     sweep = Sweep(cfg, splits)
-    app = TraceApp(SweepSource(sweep), planned=[(s.run_id, s.label) for s in sweep.plan],
+    app = TraceApp(SweepSource(sweep), planned=[(s.run_id, s.label) for s in (sweep.planned() or [])],
                    out_path=str(Path(cfg.runs_dir) / "screenshot_results.csv"),
                    subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
     t0 = time.monotonic()

@@ -290,7 +290,7 @@ STALL = 15
 
 def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 100, "--warmup", 1,
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
                    "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs], tmp_path)
     try:
         wait_until(lambda: _worker(runs, 2) is not None or proc.poll() is not None, 180)

@@ -113,12 +113,24 @@ def failures(results: Results) -> list[tuple[str, RunData]]:
     return [(run_name(rid, run, multi), run) for rid, run in results.runs.items() if run.status in FAILED]
 
 
+def compact(label: str) -> str:
+    """A trial's label for a narrow column: on/off settings as ``+name``/``-name``
+    (``16x1 -ckpt +liger``), others as they are."""
+    parts = label.split(" ")
+    out = [parts[0]]
+    for p in parts[1:]:
+        name, _, value = p.partition("=")
+        out.append(f"+{name}" if value == "on" else f"-{name}" if value == "off" else p)
+    return " ".join(out)
+
+
 def run_name(rid: str, run: RunData | None, multi: bool, label: str = "") -> str:
     """A run's label in the run list: its trial, which repeat, which GPU, which machine."""
     if run is not None and run.started:
         label = run.started.get("trial") or run.label
     elif not label:
         label = "starting"  # nothing says which split yet (never the run id's host-pid-time)
+    label = compact(label)
     tail = rid.rsplit("/", 1)[-1]
     if "#" in tail:  # a repeat: which one
         label = f"{label}#{tail.rsplit('#', 1)[-1]}"
@@ -223,8 +235,10 @@ class RunList(DataTable):
         its longest word, the progress (or the stage, or why it failed) the rest."""
         self.names = names
         inner = (self.size.width or 30) - 7  # cell padding, and a cell for the scrollbar
-        label = max(5, min(20, max([5] + [len(n) for n in names]), inner // 3))
         status = 10
+        # the whole label where it fits beside the status and a short progress (a trial's varied
+        # settings are what tells its rows apart)
+        label = max(5, min(max([5] + [len(n) for n in names]), max(inner // 3, inner - status - 8)))
         widths = {"split": label, "status": status, "step": max(6, inner - label - status)}
         changed = False
         for key, w in widths.items():

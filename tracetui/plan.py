@@ -13,6 +13,7 @@ planner cannot know ahead ("decided as it goes").
 
 from __future__ import annotations
 
+import abc
 import statistics
 from dataclasses import dataclass, field
 
@@ -71,7 +72,7 @@ class Decision:
 WAIT = "wait"
 
 
-class Planner:
+class Planner(abc.ABC):
     """One interface for deciding what runs next. Subclasses: :class:`GridPlanner`, and the
     search of :mod:`tracetui.search`."""
 
@@ -81,10 +82,10 @@ class Planner:
         """Every run, in order, when known ahead; None when decided as it goes."""
         return None
 
+    @abc.abstractmethod
     def next(self) -> Decision | str | None:
         """The next run (or skip), :data:`WAIT` while runs in flight must end first, or None
         when the sweep is done."""
-        raise NotImplementedError
 
     def record(self, result: TrialResult) -> None:
         """How a run (or a skip) ended."""

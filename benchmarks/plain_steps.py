@@ -7,6 +7,9 @@ every setting tracetui passes given explicitly (checkpointing both ways), and on
 really ran with, read from it after it was built.
 
     python benchmarks/plain_steps.py --model qwen3-1.7b --seq-len 512 --split 4x1 --steps 30 --warmup 5
+
+Under ``torchrun`` it trains data-parallel (``--fsdp``: FSDP2 full shard per decoder layer, as
+tracetui's ``sharding=fsdp``); rank 0 prints.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def main() -> None:
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--ragged", action="store_true", help="rows of chat-like lengths (tracetui's synthetic-ragged)")
     p.add_argument("--liger", action="store_true", help="use_liger_kernel=True")
+    p.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 full shard (else DDP)")
     p.add_argument("--seed", type=int, default=42)
     ns = p.parse_args()
     mb, ga = (int(x) for x in ns.split.split("x"))
@@ -42,8 +46,14 @@ def main() -> None:
     from tracetui.presets import build_config  # the architecture's shape only
     from tracetui.runner.sources import byte_tokenizer
 
+    import os
+
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda and "LOCAL_RANK" in os.environ:  # torchrun: one GPU per process
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
     bf16 = cuda and torch.cuda.is_bf16_supported()
     set_seed(ns.seed)
     with torch.device(device):
@@ -67,7 +77,11 @@ def main() -> None:
                      data_seed=ns.seed, bf16=bf16, fp16=False, use_cpu=not cuda, logging_steps=ns.steps,
                      save_strategy="no", report_to="none", disable_tqdm=True, max_length=ns.seq_len,
                      packing=False, dataloader_num_workers=0, lr_scheduler_type="constant",
-                     use_liger_kernel=ns.liger)
+                     use_liger_kernel=ns.liger,
+                     # what tracetui's sharding setting passes: ddp (no unused-parameter search), or fsdp
+                     **({"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 2, "reshard_after_forward": True,
+                                                                         "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
+                        if ns.fsdp else {"ddp_find_unused_parameters": False}))
 
     class Timer(TrainerCallback):
         def __init__(self):
@@ -79,7 +93,9 @@ def main() -> None:
                          "attn": model.config._attn_implementation,
                          "optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__,
                          "liger": bool(args.use_liger_kernel),
-                         "bf16": args.bf16}
+                         "bf16": args.bf16,
+                         "fsdp2_units": sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP")),
+                         "world_size": args.world_size}
             self.t = [time.perf_counter()]
 
         def on_step_end(self, args, state, control, **kw):
@@ -91,9 +107,12 @@ def main() -> None:
                          peft_config=lora, callbacks=[timer])
     trainer.train()
     steps = [1000 * (b - a) for a, b in zip(timer.t, timer.t[1:])][ns.warmup:]
+    if int(os.environ.get("RANK", 0)) != 0:
+        return
     print(json.dumps({"split": ns.split, "model": ns.model, "seq_len": ns.seq_len,
                       "activation_checkpointing_asked": ns.activation_checkpointing, "ragged": ns.ragged,
-                      "liger_asked": ns.liger, "read_back": timer.read,
+                      "liger_asked": ns.liger, "fsdp_asked": ns.fsdp,
+                      "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None, "read_back": timer.read,
                       "steps": len(steps), "median_ms": statistics.median(steps),
                       "p10_ms": sorted(steps)[len(steps) // 10], "p90_ms": sorted(steps)[(9 * len(steps)) // 10]}))
 

@@ -15,24 +15,42 @@ pytestmark = pytest.mark.slow
 def test_ddp_world_size_2_with_gloo(tmp_path):
     out = tmp_path / "ddp.csv"
     proc = run_cli("--export", "csv", "-o", out, "--nproc-per-node", 2, "--effective-batch", 8,
-                   "--splits", "1x4,4x1", "--steps", 5, "--warmup", 1, "--seq-len", 64, "--runs-dir", tmp_path / "runs")
+                   "--splits", "1x4,4x1", "--vary", "sharding=ddp,fsdp", "--steps", 5, "--warmup", 1,
+                   "--seq-len", 64, "--memory-limit", 20, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(out)
-    assert [(r["split"], r["world_size"], r["effective_batch"], r["status"]) for r in rows] == [
-        ("1x4x2", "2", "8", "ok"), ("4x1x2", "2", "8", "ok")]
-    assert all(r["ranks"] == "2" for r in rows)
-    ga4 = rows[0]
+    assert [(r["trial"], r["world_size"], r["effective_batch"], r["status"]) for r in rows] == [
+        ("1x4x2 shard=ddp", "2", "8", "ok"), ("1x4x2 shard=fsdp", "2", "8", "unavailable"),
+        ("4x1x2 shard=ddp", "2", "8", "ok"), ("4x1x2 shard=fsdp", "2", "8", "unavailable")]
+    # the trainer shards only on accelerators: on the CPU it would quietly run DDP, so the
+    # trial is not started and says why
+    assert "needs a CUDA GPU (accelerate shards only on accelerators" in rows[1]["message"]
+    ddp = [r for r in rows if r["status"] == "ok"]
+    assert all(r["ranks"] == "2" for r in ddp)
+    # read back from each trainer: not sharded, no search for unused parameters (TRL/transformers
+    # turn it on for a PEFT model without checkpointing; LoRA uses every trainable parameter)
+    assert {(r["sharding_used"], r["ddp_find_unused_parameters"]) for r in ddp} == {("ddp", "False")}
+    for r in ddp:
+        per_rank = [float(x) for x in r["peak_mem_gib_ranks"].split(" / ")]
+        assert len(per_rank) == 2 and float(r["peak_mem_gib"]) == pytest.approx(max(per_rank), abs=0.01)
+        # DDP all-reduces the LoRA gradients once per step, whatever the accumulation
+        assert float(r["comm_gib_per_step"]) > 0
+    assert ddp[0]["comm_gib_per_step"] == ddp[1]["comm_gib_per_step"]
+    ga4 = ddp[0]
     assert float(ga4["comm_ms"]) >= 0 and float(ga4["backward_sync_ms"]) > 0
     events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
     steps = [e for e in events if e["type"] == "step"]
     assert {e["rank"] for e in steps} == {0, 1}
     for e in steps:
-        if e["run_id"].endswith("1x4x2"):
+        if e["run_id"].endswith("1x4x2_shard-ddp"):
             assert len(e["backward_ms"]) == 4 and e["backward_sync_ms"] == e["backward_ms"][-1]
     # both ranks of a run share its id, and each says which rank it is
     started = [e for e in events if e["type"] == "run_started"]
-    assert sorted((e["run_id"].rsplit("/", 1)[1], e["rank"]) for e in started) == [
-        ("1x4x2", 0), ("1x4x2", 1), ("4x1x2", 0), ("4x1x2", 1)]
+    # each rank's start carries the sweep's settings (the memory limit the headroom rule reads)
+    assert {(e["config"]["memory_limit"], e["config"]["model"]) for e in started
+            if e.get("mode") != "not started"} == {(20, "tiny")}
+    assert sorted((e["run_id"].rsplit("/", 1)[1], e["rank"]) for e in started if e.get("mode") != "not started") == [
+        ("1x4x2_shard-ddp", 0), ("1x4x2_shard-ddp", 1), ("4x1x2_shard-ddp", 0), ("4x1x2_shard-ddp", 1)]
 
 
 def test_parallel_lanes_on_a_fake_device_list(tmp_path):
@@ -62,3 +80,90 @@ def test_gpus_refused_without_gpus(capsys):
         pytest.skip("this machine has GPUs")
     assert main(["--export", "csv", "--gpus", "0,1"]) == 2
     assert "--gpus: GPU 0 does not exist (this machine has 0)" in capsys.readouterr().err
+
+
+def test_two_machines_on_one_with_gloo(tmp_path):
+    """--nnodes 2: two tracetui processes, one per "machine", meet at one rendezvous; each
+    shows its own machine's rank as the lead (torchrun's c10d rendezvous hands out global ranks
+    in the order the machines join)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(tmp_path / f"node{node}.csv"),
+               "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--effective-batch", "4", "--splits", "2x1", "--steps", "4", "--warmup", "1", "--seq-len", "32",
+               "--repeats", "1", "--device", "cpu", "--runs-dir", str(tmp_path / f"runs{node}")]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    global_ranks = set()
+    for node in (0, 1):
+        rows = read_csv(tmp_path / f"node{node}.csv")
+        assert [(r["split"], r["world_size"], r["status"]) for r in rows] == [("2x1x2", "2", "ok")]
+        events = read_events(list((tmp_path / f"runs{node}").glob("*/events.jsonl"))).events
+        started = [e for e in events if e["type"] == "run_started"]
+        assert [e["rank"] for e in started] == [0]
+        global_ranks.add(started[0]["global_rank"])
+    assert global_ranks == {0, 1}
+
+
+def _shard_and_read_back(rank: int, world: int, init: str, out: str) -> None:
+    import json
+
+    import torch
+    import torch.distributed as dist
+    from peft import LoraConfig, get_peft_model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+
+    from tracetui.presets import build_config
+    from tracetui.probe.settings import read_back
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_config(build_config("tiny")),
+                           LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    args = type("Args", (), {"world_size": world, "gradient_accumulation_steps": 4})()
+    full = sum(p.numel() * p.element_size() for p in model.parameters())
+    lora = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    before = read_back(args, model)
+    layers = model.base_model.model.model.layers
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    ids = torch.randint(0, 100, (2, 16))
+    model(input_ids=ids, labels=ids).loss.backward()  # the sharded model trains
+    after = read_back(args, model)
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump({"before": [before["sharding_used"], before["comm_gib_per_step"]],
+                       "after": [after["sharding_used"], after["comm_gib_per_step"]],
+                       "full": full, "lora": lora, "layers": len(layers)}, fh)
+    dist.destroy_process_group()
+
+
+def test_fsdp2_is_read_back_with_its_traffic(tmp_path):
+    """The read-back names FSDP2 from the model's modules (two real processes, gloo, the
+    tiny preset with LoRA, fully_shard per decoder layer), and the traffic per step follows
+    each pattern: DDP all-reduces the LoRA gradients once; FSDP all-gathers every weight twice
+    and reduce-scatters the LoRA gradients in each of the 4 micro-batches."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "read_back.json"
+    mp.spawn(_shard_and_read_back, args=(2, f"file://{tmp_path / 'rdzv'}", str(out)), nprocs=2)
+    got = json.loads(out.read_text())
+    half = 1 / 2  # (world - 1) / world
+    assert got["before"] == ["ddp", pytest.approx(2 * half * got["lora"] / 2**30)]
+    assert got["after"] == [f"fsdp2 ({got['layers'] + 1} units)",
+                            pytest.approx(4 * half * (2 * got["full"] + got["lora"]) / 2**30)]

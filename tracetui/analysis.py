@@ -454,12 +454,12 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
                 row["repeat_spread_pct"] = 100.0 * (max(meds) - min(meds)) / median(meds)
         gpus = sorted({r.started.get("gpu") for r in runs if r.started.get("gpu") is not None})
         row["gpus"] = ",".join(str(g) for g in gpus) or None
-        if ws > 1:
-            _add_ranks(row, runs)
         gpu = [g for r in runs for g in _window_gpu(r, r.measured())]
         row["gpu_util_mean"] = sum(g["util"] for g in gpu) / len(gpu) if gpu else None
         peaks = [s["peak_mem_gib"] for s in measured if s.get("peak_mem_gib") is not None]
         row["peak_mem_gib"] = max(peaks) if peaks else None
+        if ws > 1:
+            _add_ranks(row, runs)
         whys = [r.started.get("why") or "" for r in runs]
         row["why"] = whys[0] or None
         predicted = [float(m.group(1)) for m in map(_PREDICTED.search, whys) if m]
@@ -543,16 +543,33 @@ def _loss_curve(run: RunData) -> dict[int, float]:
 
 
 def _add_ranks(row: dict, runs: list[RunData]) -> None:
-    """Data-parallel columns: the estimated all-reduce time, and how far the slowest rank's
-    compute (forward + backward outside the synchronising micro-batch) lags the fastest."""
+    """Data-parallel columns: each rank's peak memory, the communication (DDP: the exposed
+    all-reduce time, estimated from the synchronising micro-batch; FSDP: none, see below), and
+    how far the slowest rank's compute lags the fastest."""
     steps = [s for r in runs for s in r.steps if not s.get("warmup")]
+    peaks: dict[int, float] = {}
+    for s in steps:
+        if s.get("peak_mem_gib") is not None:
+            rank = s.get("rank", 0)
+            peaks[rank] = max(peaks.get(rank, 0.0), s["peak_mem_gib"])
+    if peaks:
+        # what each GPU must hold is the largest rank's peak, not rank 0's
+        row["peak_mem_gib_ranks"] = " / ".join(f"{peaks[r]:.2f}" for r in sorted(peaks))
+        row["peak_mem_gib"] = max(peaks.values())
     comm = [s["comm_est_ms"] for s in steps if s.get("rank", 0) == 0 and s.get("comm_est_ms") is not None]
     row["comm_ms"] = median(comm) if comm else None
     sync = [s["backward_sync_ms"] for s in steps if s.get("rank", 0) == 0 and s.get("backward_sync_ms") is not None]
     row["backward_sync_ms"] = median(sync) if sync else None
+    sharding = next((r.settings.get("sharding_used") for r in runs if r.settings.get("sharding_used")), None)
+    if sharding and sharding.startswith("fsdp"):
+        row["comm_note"] = ("FSDP communicates in every micro-batch (all-gathers in forward and backward, "
+                            "reduce-scatters in backward): no micro-batch runs without it to compare against, "
+                            "so its exposed time is not estimated; see comm_gib_per_step")
     per_rank: dict[int, list[float]] = {}
     for s in steps:
-        work = sum(s.get("forward_ms") or []) + (s.get("backward_nosync_ms") or 0.0)
+        # compute outside the synchronising micro-batch (DDP); FSDP has none: all of it
+        bwd = s.get("backward_nosync_ms") if s.get("backward_sync_ms") is not None else sum(s.get("backward_ms") or [])
+        work = sum(s.get("forward_ms") or []) + (bwd or 0.0)
         per_rank.setdefault(s.get("rank", 0), []).append(work)
     meds = {r: median(v) for r, v in per_rank.items() if v}
     row["ranks"] = len(meds)
@@ -955,6 +972,18 @@ def recommended_rows(rows: list[dict], allow_result_changes: bool = False) -> li
     return [best for best, _text in _recommend(rows, allow_result_changes) if best is not None]
 
 
+def _overlap(a: dict, b: dict) -> bool:
+    """Whether two trials' step-time intervals overlap (no interval: no claim either way)."""
+    lo_a, hi_a, lo_b, hi_b = (x.get(k) for x in (a, b) for k in ("step_ms_ci_low", "step_ms_ci_high"))
+    if None in (lo_a, hi_a, lo_b, hi_b):
+        return False
+    return lo_b <= hi_a and lo_a <= hi_b
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _recommend(rows: list[dict], allow_result_changes: bool):
     """``(row or None, text)`` per machine and effective batch."""
     groups: dict[tuple, list[dict]] = {}
@@ -990,6 +1019,9 @@ def _recommend(rows: list[dict], allow_result_changes: bool):
         text = f"use {best['trial']} for effective batch {eb}"
         if best.get("changes_result"):
             text += f" (it changes the result: {best['changes_result']})"
+        ties = [r["trial"] for r in same if r is not best and _overlap(best, r)]
+        if ties:
+            text += f" ({_and(ties)} {'is' if len(ties) == 1 else 'are'} as fast within the intervals)"
         faster = [r for r in ok if r["step_ms_median"] < best["step_ms_median"] and r.get("changes_result")]
         drift = [r for r in group if r.get("loss_ok") is False and not r.get("changes_result")]
         if drift:

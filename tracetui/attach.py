@@ -309,7 +309,7 @@ def _make_trace_callback():
 
         def __init__(self, socket_path: str | None = None, jsonl_path: str | None = None,
                      warmup: int | None = None, run_id: str | None = None, gpu_samples: bool = True,
-                     quiet: bool = False):
+                     quiet: bool = False, config: dict | None = None):
             self.run_id_base = run_id or _run_id()
             warm = int(os.environ.get("TRACETUI_WARMUP", 3)) if warmup is None else warmup
             super().__init__(self._emit, self.run_id_base, warmup=warm, stop_after=_stop_rule_from_env())
@@ -318,6 +318,9 @@ def _make_trace_callback():
             self.jsonl_path = jsonl_path
             self.gpu_samples = gpu_samples
             self.quiet = quiet
+            #: the sweep's settings when tracetui built this trainer itself (its data-parallel
+            #: ranks): the run's start event then carries them (memory limit, model, data)
+            self.sweep_config = config
             self.sink: SocketSink | None = None
             self.sampler = None
             self.failed = False
@@ -349,7 +352,9 @@ def _make_trace_callback():
             why = missing_callback_events()
             if why:
                 raise RuntimeError(why)
-            rank = int(getattr(args, "process_index", 0))
+            # ranks as this machine sees them (see Probe.on_train_begin); the global one is kept
+            rank = int(getattr(args, "local_process_index", getattr(args, "process_index", 0)))
+            global_rank = int(getattr(args, "process_index", rank))
             world = int(getattr(args, "world_size", 1))
             path = self.jsonl_path or os.path.join(
                 "tracetui_runs", "attach", f"{self.run_id_base.replace('/', '_')}-rank{rank}.jsonl")
@@ -365,8 +370,9 @@ def _make_trace_callback():
             self._t0 = time.time()
             trial = Trial(mb, ga, world, _varied_from_sweep())
             self._emit(make(RUN_STARTED, self.run_id, label=trial.label(SHORT), **trial.fields(),
-                            rank=rank, pid=os.getpid(), env=env, mode="attach",
-                            config={"steps": int(state.max_steps or 0), "warmup": self.warmup},
+                            rank=rank, global_rank=global_rank, pid=os.getpid(), env=env, mode="attach",
+                            config=dict(self.sweep_config or {}, steps=int(state.max_steps or 0),
+                                        warmup=self.warmup),
                             max_steps=int(state.max_steps or 0)))
             self._emit(self.settings_event())  # the script's own settings, as its trainer has them
             if not self.cuda:

@@ -155,7 +155,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("bound", "bound", cell=_bound), Column("evidence"),
     Column("projected_s", "projected", cell=_projected, unit="s"),
     Column("gpus", "GPU", cell=lambda r, c: r.get("gpus") or "-", help="GPU indices of the runs"),
-    Column("comm_ms", "comm", unit="ms"), Column("backward_sync_ms", unit="ms"),
+    Column("comm_ms", "comm", unit="ms", help="DDP: the exposed all-reduce time, the synchronising "
+                                              "micro-batch's backward beyond the others'"),
+    Column("comm_note", help="why there is no comm time (FSDP)"),
+    Column("backward_sync_ms", unit="ms"),
+    Column("peak_mem_gib_ranks", unit="GiB", help="each rank's peak memory, rank 0 first"),
     Column("ranks", "ranks", cell=_ranks), Column("slowest_rank"), Column("rank_spread_pct", unit="%"),
     Column("message"),
     # how far the numbers can be trusted

@@ -90,9 +90,10 @@ class SweepConfig:
     optim: str = setting("adamw_torch_fused", "optimizer (transformers' name)")
     qlora: bool = setting(False, "4-bit (NF4) base model: QLoRA; changes the numerics (needs bitsandbytes "
                                  "and a GPU)", negatable=True)
+    sharding: str = setting("ddp", "with --nproc-per-node above 1: ddp, or fsdp (FSDP2 full shard per decoder layer)")
     vary: list[str] = setting([], "compare values of a setting: NAME=v1,v2 (repeatable; names: "
                                   "activation_checkpointing, attn_implementation, liger, torch_compile, "
-                                  "padding_free, loss_type, dataloader_workers, pin_memory, optim, qlora)",
+                                  "padding_free, loss_type, dataloader_workers, pin_memory, optim, qlora, sharding)",
                               kind=list, metavar="NAME=V1,V2", append=True, show_default=False)
     allow_result_changes: bool = setting(False, "let the recommendation be a setting that changes what "
                                                 "training computes (QLoRA, a loss that departs)")
@@ -385,6 +386,9 @@ def validate(cfg: SweepConfig) -> list[Trial]:
     if cfg.search and cfg.grid:
         raise ConfigError("--search", "and --grid both given", "give one: --search finds the fastest split, "
                           "--grid runs every split")
+    if cfg.world_size == 1 and (cfg.sharding == "fsdp" or "fsdp" in cfg.varied().get("sharding", [])):
+        raise ConfigError("--sharding" if cfg.sharding == "fsdp" else "--vary", "fsdp shards the model over "
+                          "several processes, but this sweep runs one", "add --nproc-per-node 2 (or more)")
     if cfg.search and cfg.world_size > 1:
         raise ConfigError("--search", "does not search data-parallel runs yet", "use --grid with --nproc-per-node")
     if cfg.stall_timeout is not None and not (cfg.stall_timeout > 0):

@@ -60,7 +60,7 @@ _REQUIRED: dict[str, dict[str, tuple[Any, ...]]] = {
 _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
     RUN_STARTED: {
         "effective_batch": (int,), "world_size": (int,), "repeat": (int,), "pid": (int, _NONE),
-        "rank": (int,), "precision": (str, _NONE), "env": (OBJ,), "config": (OBJ,),
+        "rank": (int,), "global_rank": (int,), "precision": (str, _NONE), "env": (OBJ,), "config": (OBJ,),
         "settings": (OBJ,), "quiet": (OBJ, _NONE), "gpu": (int, _NONE), "log_path": (str, _NONE),
         "mode": (str,), "max_steps": (int, _NONE), "varied": (OBJ,), "why": (str,),
     },

@@ -86,7 +86,8 @@ class Knob:
             if importlib.util.find_spec(module) is None:
                 return f"{self.name}={fmt(value)} needs the {package} package (pip install {package})"
         if self.needs_gpu(value) and device == "cpu":
-            return f"{self.name}={fmt(value)} needs a CUDA GPU"
+            return f"{self.name}={fmt(value)} needs a CUDA GPU" + (f" ({self.extra['gpu_why']})"
+                                                                   if "gpu_why" in self.extra else "")
         return None
 
 
@@ -107,6 +108,19 @@ def _checkpointing(on: bool) -> dict:
         out["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
         out["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     return out
+
+
+def _sharding(value: str) -> dict:
+    # FSDP through the trainer's own support (accelerate underneath): full shard, each decoder
+    # layer its own unit (accelerate wraps the model's ``_no_split_modules`` classes), FSDP2.
+    # "ddp" says no sharding explicitly: every rank holds the whole model.
+    if value == "fsdp":
+        return {"fsdp": "full_shard auto_wrap",
+                "fsdp_config": {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                                "reshard_after_forward": True}}
+    # DDP: LoRA uses every trainable parameter in each forward, so DDP need not search the graph
+    # for unused ones (the trainer's default turns that search on when checkpointing is off)
+    return {"fsdp": "", "ddp_find_unused_parameters": False}
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
@@ -152,6 +166,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          requires=lambda v: (("bitsandbytes", "bitsandbytes"),) if v else (), needs_gpu=lambda v: bool(v),
          changes_result=lambda v: bool(v), aliases=("load_in_4bit", "4bit"),
          help="a 4-bit (NF4) base model: QLoRA; changes the numerics, so it is compared and flagged"),
+    Knob("sharding", "shard", str, ("ddp", "fsdp"), sft=_sharding, aliases=("fsdp", "shard"),
+         # accelerate shards only on accelerators: on the CPU the trainer would quietly run DDP
+         needs_gpu=lambda v: v == "fsdp",
+         extra={"gpu_why": "accelerate shards only on accelerators; on the CPU the trainer runs DDP"},
+         help="with --nproc-per-node above 1: ddp (every rank holds the whole model) or fsdp (FSDP2 "
+              "full shard, one unit per decoder layer: parameters all-gathered in each forward and "
+              "backward, gradients reduce-scattered)"),
 )}
 
 #: short names for labels

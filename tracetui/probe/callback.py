@@ -236,7 +236,9 @@ class Probe(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is not None:
             self.attach(model)
-        self.rank = getattr(args, "process_index", self.rank)
+        # The rank on this machine: each machine's tracetui sees its own processes, and its
+        # first one leads (the global rank is in the run's start event).
+        self.rank = getattr(args, "local_process_index", getattr(args, "process_index", self.rank))
         self.world = int(getattr(args, "world_size", 1) or 1)
         # The optimizer exists by now (created before on_train_begin): read back what will run.
         self.settings = read_back(args, model, kwargs.get("optimizer"))
@@ -381,9 +383,10 @@ class Probe(TrainerCallback):
         extra = {"t_end": item["t_end"]}
         if loss is not None and not math.isfinite(loss):
             extra["loss_finite"] = False  # a log keeps it as null (JSON has no NaN): say so apart
-        if self.world > 1 and bwd:
-            # Only the last micro-batch synchronises (the others run inside no_sync()): the
-            # difference to the others estimates the exposed all-reduce time.
+        if self.world > 1 and bwd and not str((self.settings or {}).get("sharding_used", "")).startswith("fsdp"):
+            # DDP: only the last micro-batch synchronises (the others run inside no_sync()): the
+            # difference to the others estimates the exposed all-reduce time. FSDP communicates
+            # in every micro-batch, so no micro-batch is free of it to compare against.
             extra["backward_sync_ms"] = bwd[-1]
             extra["backward_nosync_ms"] = sum(bwd[:-1])
             if len(bwd) > 1:

@@ -19,7 +19,8 @@ from .environment import library_versions
 SETTING_COLUMNS = (
     "activation_checkpointing", "precision_used", "attn_implementation", "optimizer", "loss_type",
     "dataloader_num_workers", "dataloader_pin_memory", "torch_compile", "use_liger_kernel", "padding_free",
-    "lora_targets_resolved", "lora_dropout_used", "versions",
+    "lora_targets_resolved", "lora_dropout_used", "sharding_used", "ddp_find_unused_parameters", "comm_gib_per_step",
+    "versions",
 )
 
 
@@ -70,6 +71,52 @@ def _precision(args: Any, model: Any) -> str:
     return f"{mode} (weights {dtype})" if dtype else mode
 
 
+def _sharding(model: Any, world: int) -> str:
+    """How the model is spread over the ranks, from its modules: ``fsdp2 (N units)`` when
+    ``fully_shard`` wrapped N modules, ``fsdp1`` for the older wrapper, ``ddp`` when several
+    processes each hold the whole model, ``none`` in one process."""
+    if model is not None and hasattr(model, "modules"):
+        try:
+            from torch.distributed.fsdp import FSDPModule  # FSDP2 (torch >= 2.6)
+        except ImportError:  # pragma: no cover - older torch
+            FSDPModule = ()  # noqa: N806
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
+        except ImportError:  # pragma: no cover - torch without distributed
+            FSDP1 = ()  # noqa: N806
+        units = sum(1 for m in model.modules() if FSDPModule and isinstance(m, FSDPModule))
+        if units:
+            return f"fsdp2 ({units} units)"
+        if FSDP1 and any(isinstance(m, FSDP1) for m in model.modules()):
+            return "fsdp1"
+    return "ddp" if world > 1 else "none"
+
+
+def comm_volume(model: Any, world: int, grad_accum: int, sharding: str) -> tuple[float | None, str]:
+    """What one rank sends per optimizer step (GiB, ring algorithms, as the weights are stored),
+    and the pattern, from the parameters' sizes: the analytic side of the communication, which
+    holds whatever overlaps it.
+
+    DDP all-reduces the trainable (LoRA) gradients once per step, in the last micro-batch.
+    FSDP (full shard, resharded after forward) all-gathers every sharded weight in each
+    forward and again in each backward, and reduce-scatters the trainable gradients, in every
+    micro-batch: its traffic grows with the accumulation steps, DDP's does not."""
+    if world <= 1 or model is None or not hasattr(model, "parameters"):
+        return None, ""
+    full = trainable = 0
+    for p in model.parameters():
+        size = p.numel() * p.element_size()  # a DTensor reports its global size
+        full += size
+        if p.requires_grad:
+            trainable += size
+    share = (world - 1) / world
+    if sharding.startswith("fsdp"):
+        per_micro = share * (2 * full + trainable)
+        return per_micro * grad_accum / 2**30, ("all-gather of every weight in each forward and backward, "
+                                               "reduce-scatter of the LoRA gradients, in every micro-batch")
+    return 2 * share * trainable / 2**30, "all-reduce of the LoRA gradients once per step (last micro-batch)"
+
+
 def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
     """The settings one run really trains with, from its ``TrainingArguments`` and model."""
     config = getattr(model, "config", None)
@@ -84,6 +131,10 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         elif defaults.get("foreach"):
             opt += " (foreach)"
     compiled = bool(_arg(args, "torch_compile", default=False))
+    world = int(_arg(args, "world_size", default=1) or 1)
+    sharding = _sharding(model, world)
+    comm_gib, comm_pattern = comm_volume(model, world, int(_arg(args, "gradient_accumulation_steps", default=1) or 1),
+                                         sharding)
     out: dict[str, Any] = {
         "activation_checkpointing": _checkpointing(model),
         "checkpointing_asked": _arg(args, "activation_checkpointing", "gradient_checkpointing"),
@@ -109,6 +160,10 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "lr_scheduler_type": _arg(args, "lr_scheduler_type"),
         "max_grad_norm": _arg(args, "max_grad_norm"),
         "seed": _arg(args, "seed"),
+        "sharding_used": sharding,
+        "ddp_find_unused_parameters": _arg(args, "ddp_find_unused_parameters") if sharding == "ddp" else None,
+        "comm_gib_per_step": comm_gib,
+        "comm_pattern": comm_pattern,
         "versions": " / ".join(f"{k} {v}" for k, v in library_versions().items()),
     }
     for key, value in list(out.items()):  # enums and other objects as their plain names
@@ -141,4 +196,6 @@ def describe(settings: dict[str, Any]) -> str:
         parts.append("liger")
     if settings.get("padding_free"):
         parts.append("padding-free")
+    if settings.get("sharding_used") not in (None, "none"):
+        parts.append(str(settings["sharding_used"]))
     return " · ".join(parts)

@@ -34,12 +34,23 @@ def main() -> None:
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     precision, dtype = resolve_precision(cfg.precision, device)
-    probe = TraceCallback(warmup=cfg.warmup, quiet=True)
+    probe = TraceCallback(warmup=cfg.warmup, quiet=True, config=cfg.to_dict())
     trainer = build_trainer(cfg, ns.per_device_train_batch_size, ns.gradient_accumulation_steps, device,
                             precision, dtype, probe=probe)
+    if (cfg.sharding == "fsdp") != bool(getattr(trainer, "is_fsdp_enabled", False)):
+        # the trainer decides from the accelerator it finds; a trial must be what it says
+        raise SystemExit(f"tracetui: sharding={cfg.sharding} was asked, but the trainer will "
+                         f"{'not ' if cfg.sharding == 'fsdp' else ''}shard the model here "
+                         f"(accelerate {accelerator_kind(trainer)})")
     if cfg.memory_limit is not None:
         cap_memory(cfg.memory_limit, device)
     trainer.train()
+
+
+def accelerator_kind(trainer) -> str:
+    state = getattr(getattr(trainer, "accelerator", None), "state", None)
+    kind = getattr(state, "distributed_type", None)
+    return f"runs {getattr(kind, 'value', kind)}" if kind is not None else "state unknown"
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ class ScriptSweep(SweepBase):
                  on_event: Callable[[dict], None] | None = None, planner: Planner | None = None):
         from ..attach import SocketListener
 
-        check_command(cmd, cfg.varied())
+        self._check(cmd, cfg)
         self.cmd = cmd
         self.on_event = on_event
         self.sweep_id = new_sweep_id()
@@ -90,6 +90,9 @@ class ScriptSweep(SweepBase):
             raise
         self._proc: subprocess.Popen | None = None
 
+    def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
+        check_command(cmd, cfg.varied())
+
     def _emit(self, event: dict) -> None:
         with self._lock:
             if event.get("run_id") in self._stalled:
@@ -100,6 +103,7 @@ class ScriptSweep(SweepBase):
 
     def _record(self, event: dict) -> None:
         with self._lock:
+            # the run's end as its lead rank (this machine's first) reports it
             if event["type"] in (RUN_FINISHED, RUN_FAILED) and event.get("rank", 0) == 0:
                 self._final[event["run_id"]] = (("ok", "") if event["type"] == RUN_FINISHED
                                                 else (event["kind"], event.get("message", "")))
@@ -224,6 +228,9 @@ class DdpSweep(ScriptSweep):
 
     def __init__(self, cfg: SweepConfig, trials: list[Trial], on_event=None, planner: Planner | None = None):
         super().__init__(cfg, trials, ["ddp"], on_event=on_event, planner=planner)
+
+    def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
+        """Nothing to check: each rank is tracetui's own trainer, which applies every setting."""
 
     def command_for(self, spec: RunSpec) -> list[str]:
         cfg = self.cfg

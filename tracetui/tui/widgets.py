@@ -656,6 +656,21 @@ class Pane(Widget):
         return self.content(max(20, self.size.width))
 
 
+def _comm_words(row: dict) -> Text:
+    """What the ranks exchange and, for DDP, what it costs: one or two lines."""
+    text = Text()
+    settings = row.get("settings") or {}
+    gib = row.get("comm_gib_per_step")
+    if row.get("comm_ms") is not None:
+        text.append(f"\ncommunication: all-reduce exposed {row['comm_ms']:.1f} ms per step")
+    elif row.get("comm_note"):
+        text.append("\ncommunication: exposed time not separable (FSDP communicates in every micro-batch)")
+    if gib is not None:
+        text.append(f"\n  sends {gib * 1024:.0f} MiB per step per rank: {settings.get('comm_pattern') or ''}",
+                    style="dim")
+    return text
+
+
 class DetailPane(Pane):
     """The selected trial, without scrolling: its step and speedup, the phase breakdown, the bound
     with its evidence in words, memory against the card, the settings as really run, the loss
@@ -733,6 +748,10 @@ class DetailPane(Pane):
                 text.append("░" * (n - k), style="dim")
             else:
                 text.append(" GiB")
+            if row.get("peak_mem_gib_ranks"):
+                text.append(f"\n  per rank (GiB): {row['peak_mem_gib_ranks']}", style="dim")
+        if row and (row.get("world_size") or 1) > 1:
+            text.append_text(_comm_words(row))
         settings = (run.settings if run is not None and run.settings else (row or {}).get("settings")) or {}
         if settings:
             from ..probe.settings import describe

@@ -80,3 +80,31 @@ def test_monitor_shows_per_rank_memory_and_traffic_of_an_h200_fsdp_trial():
                 for name, text in seen.items() if "shard=ddp" in name}
     assert len(ddp_sent) == 1 and 150 <= int(ddp_sent.pop()) <= 180
     assert "fsdp2 (39 units)" in fsdp
+
+
+def test_emitted_config_of_a_sharded_recommendation(tmp_path):
+    """--emit-config from the real two-H200 log of the memory-limit sweep, where only the FSDP
+    trial fitted: the file shards as measured and says how to launch it."""
+    import gzip
+    from pathlib import Path
+
+    import yaml
+
+    from tracetui.analysis import Results, summarise
+    from tracetui.config import SweepConfig
+    from tracetui.emit import write_trl_config
+    from tracetui.events import parse_line
+
+    log = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200x2_fsdp" / "fit_events.jsonl.gz"
+    with gzip.open(log, "rt", encoding="utf-8") as fh:
+        events = [e for e, _ in map(parse_line, fh) if e is not None]
+    rows = summarise(Results().extend(events))
+    assert {r["trial"]: r["status"] for r in rows} == {"8x1x2 shard=ddp": "oom", "8x1x2 shard=fsdp": "ok"}
+    best = next(r for r in rows if r["status"] == "ok")
+    out = tmp_path / "best.yaml"
+    write_trl_config(str(out), best, SweepConfig(model="qwen3-8b", nproc_per_node=2, seq_len=1024))
+    text = out.read_text()
+    data = yaml.safe_load(text)
+    assert (data["per_device_train_batch_size"], data["gradient_accumulation_steps"]) == (8, 1)
+    assert data["fsdp"] == "full_shard auto_wrap" and data["fsdp_config"]["version"] == 2
+    assert "# measured over 2 processes: launch with torchrun --nproc-per-node 2" in text

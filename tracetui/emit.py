@@ -51,6 +51,9 @@ def trl_config(row: dict, cfg: SweepConfig) -> tuple[dict[str, Any], list[str]]:
     precision = str(row.get("precision_used") or "").split(" ")[0]
     out["bf16"] = precision == "bf16"
     out["fp16"] = precision == "fp16"
+    if (row.get("world_size") or 1) > 1:
+        notes.append(f"measured over {row['world_size']} processes: launch with torchrun --nproc-per-node "
+                     f"{cfg.nproc_per_node} (or accelerate launch); the split is per process")
     if row.get("machine") == "CPU":
         out["use_cpu"] = True
         notes.append("measured on the CPU: drop use_cpu for a GPU")

@@ -132,6 +132,10 @@ class SweepConfig:
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
+    def gpu_index(self) -> int:
+        """The GPU that ``--device`` names (``cuda:N``), else the first."""
+        return int(self.device[5:]) if self.device.startswith("cuda:") else 0
+
     def gpu_list(self) -> list[int]:
         return [int(g) for g in self.gpus.split(",") if g.strip()] if self.gpus.strip() else []
 

@@ -372,7 +372,7 @@ def card_gib(cfg) -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
-        index = (cfg.gpu_list() or [int(cfg.device[5:]) if cfg.device.startswith("cuda:") else 0])[0]
+        index = (cfg.gpu_list() or [cfg.gpu_index()])[0]
         return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total / 2**30
     except Exception:  # noqa: BLE001 - no NVML, no GPU: no card to fit
         return None

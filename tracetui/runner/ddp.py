@@ -23,14 +23,13 @@ def main() -> None:
 
     from ..attach import TraceCallback
     from ..config import SweepConfig
+    from .preflight import device_kind
     from .worker import build_trainer, cap_memory, resolve_precision
 
     cfg = SweepConfig(**json.loads(ns.config_json))
     local = int(os.environ.get("LOCAL_RANK", 0))
-    device = cfg.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
+    device = device_kind(cfg, torch.cuda.is_available)
+    if device == "cuda":
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     precision, dtype = resolve_precision(cfg.precision, device)

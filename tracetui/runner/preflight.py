@@ -112,3 +112,15 @@ def gpu_count() -> int:
             return torch.cuda.device_count()
         except ImportError:
             return 0
+
+
+def device_kind(cfg: SweepConfig, cuda_available=None) -> str:
+    """``cpu`` or ``cuda``: where ``cfg``'s runs train. ``auto`` asks ``cuda_available`` (a
+    trial's ``torch.cuda.is_available``) or, where CUDA must not start, :func:`gpu_count`.
+    The one place ``--device`` is resolved."""
+    if cfg.device == "cpu":
+        return "cpu"
+    if cfg.device.startswith("cuda"):
+        return "cuda"
+    available = cuda_available() if cuda_available is not None else gpu_count() > 0
+    return "cuda" if available else "cpu"

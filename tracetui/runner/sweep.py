@@ -1,20 +1,17 @@
-"""The sweep: ask the planner what runs next, start one worker process per run, pump its events
-to disk and to whoever listens (TUI, headless progress), and turn a worker that dies silently
-into ``crashed``; tell the planner how each run ended.
+"""The sweep: ask the planner what runs next, start one worker process per run under the
+supervisor (:mod:`.supervise`), pump its events to disk and to whoever listens (TUI, headless
+progress); tell the planner how each run ended.
 
 Each run gets a fresh process and a fresh bounded queue: a crash, an out-of-memory or a worker
 killed while holding the queue's lock cannot poison the next run.
 
 No trial process outlives tracetui (see :mod:`.lifetime`), and a run that stops making progress
-is stopped and reported ``stalled`` (see :func:`stall_limit`).
+is stopped and reported ``stalled`` (see :func:`.supervise.stall_limit`).
 """
 
 from __future__ import annotations
 
 import os
-import queue as queue_mod
-import signal
-import statistics
 import threading
 import time
 import uuid
@@ -22,71 +19,26 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import SweepConfig
-from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
+from ..events import RUN_FAILED, RUN_STARTED, STEP, make
 from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult
 from ..search import make_planner
 from ..store import EventLog
 from ..trial import Trial
-from .lifetime import launch, server_pid, start_shielded, trial_context
-from .preflight import gpu_count
+from .lifetime import server_pid, trial_context
+from .preflight import device_kind
+from .supervise import Child, WorkerChild, supervise
 
-#: after a worker exits without a final event, how long to keep draining its queue
-_DRAIN_S = 1.0
 #: queue size: large enough for bursts, small enough to bound memory
 QUEUE_MAX = 10_000
-#: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
-KILL_AFTER_S = 10.0
-#: stall limits (seconds without an event other than GPU samples): before a run's first step
-#: (imports, loading the model, the first step's one-off costs) at least START_STALL_S; after it
-#: STALL_STEPS times the median step, at least MIN_STALL_S, unless ``--stall-timeout`` says
-START_STALL_S = 600.0
-MIN_STALL_S = 60.0
-STALL_STEPS = 10.0
-
-
-def stall_limit(explicit: float | None, step_walls_s: list[float]) -> tuple[float, str]:
-    """Seconds a run may go without an event before it is ``stalled``, and what set it.
-    ``explicit``: ``--stall-timeout``; ``step_walls_s``: the wall times of the run's steps so far."""
-    if not step_walls_s:
-        return max(START_STALL_S, explicit or 0.0), "before the first step"
-    if explicit is not None:
-        return explicit, "--stall-timeout"
-    return max(MIN_STALL_S, STALL_STEPS * statistics.median(step_walls_s)), "10x the median step, at least 60 s"
-
-
-class StallClock:
-    """When a run last made progress (any event but GPU samples, which a sampler thread goes on
-    sending while training hangs), and how long it may go without."""
-
-    def __init__(self, explicit: float | None):
-        self.explicit = explicit
-        self.walls: list[float] = []
-        self.last = time.monotonic()
-        self.limit, self.why = stall_limit(explicit, self.walls)
-
-    def saw(self, event: dict) -> None:
-        if event.get("type") == GPU:
-            return
-        self.last = time.monotonic()
-        if event.get("type") == STEP and event.get("rank") in (0, None) and event.get("wall_ms") is not None:
-            self.walls.append(float(event["wall_ms"]) / 1000.0)
-            self.limit, self.why = stall_limit(self.explicit, self.walls)
-
-    def stalled(self) -> str | None:
-        """The ``stalled`` message once the run has gone too long without progress, else None."""
-        idle = time.monotonic() - self.last
-        if idle <= self.limit:
-            return None
-        return (f"no progress for {idle:.0f} s (limit {self.limit:g} s, {self.why}); stopped; "
-                "if it was only slow, raise --stall-timeout SECONDS")
 
 
 class SweepBase:
     """What every kind of sweep (spawned workers here; a user's script or torchrun in
     :mod:`.script`) shares: the planner it asks what runs next, the lanes that run trials, what
     each run measured, the ``skipped``/``unavailable`` trials that never start, and running one
-    trial again (the TUI's ``r``). A subclass starts and supervises one run: :meth:`_run_one`."""
+    trial again (the TUI's ``r``). A subclass says how one run's process starts (a
+    :class:`~.supervise.Child`) and hands it to :func:`~.supervise.supervise`: :meth:`_run_one`."""
 
     #: GPUs to run trials on side by side (one lane each); None: the configured device
     lanes: list[int | None] = [None]
@@ -107,8 +59,10 @@ class SweepBase:
         #: trial, are at fault, and every later run would fail the same way (minutes each)
         self.same_failure: str | None = None
         self._stepped: set[str] = set()
+        self._stalled: set[str] = set()
+        self._lock = threading.RLock()
         self._setup_failures: list[str] = []
-        self._device = _device_kind(cfg)
+        self._device = device_kind(cfg)
 
     def planned(self) -> list[RunSpec] | None:
         """The runs the planner will make, when it knows ahead (for the monitor's list)."""
@@ -221,6 +175,25 @@ class SweepBase:
         self._finished(spec, kind, message)
         return kind
 
+    def _emit(self, event: dict) -> None:
+        """Every event of the sweep, once: to the log, then to whoever listens."""
+        with self._lock:  # lanes run side by side: one writer at a time
+            if event.get("run_id") in self._stalled:
+                return  # what a stalled run sends after it was stopped is not measured
+            self._track(event)
+            self.log.append(event)
+            if self.on_event is not None:
+                self.on_event(event)
+
+    def _supervised(self, spec: RunSpec, child: Child) -> str:
+        """Run one trial's process under the supervisor; record how it ended."""
+        status, message = supervise(spec, child, self._emit, self._stop, self.cfg.stall_timeout)
+        if status == "stalled":
+            with self._lock:
+                self._stalled.add(spec.run_id)
+        self._finished(spec, status, message)
+        return status
+
     def _finished(self, spec: RunSpec, status: str, message: str = "") -> None:
         result = self.measured.result(spec, status, message)
         with self._wake:
@@ -246,15 +219,6 @@ class SweepBase:
     def references(self, spec: RunSpec) -> list[tuple[float, float]]:
         with self._wake:
             return self.measured.references(spec.trial, self.cfg.min_steps)
-
-
-def _device_kind(cfg: SweepConfig) -> str:
-    """``cpu`` or ``cuda``: where runs will train (for what a setting needs), without torch."""
-    if cfg.device == "cpu":
-        return "cpu"
-    if cfg.device.startswith("cuda"):
-        return "cuda"
-    return "cuda" if gpu_count() > 0 else "cpu"
 
 
 def new_sweep_id() -> str:
@@ -293,7 +257,6 @@ class Sweep(SweepBase):
         self.log = EventLog(self.dir / "events.jsonl")
         self._setup(cfg, trials, planner)
         self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
-        self._lock = threading.Lock()
         self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
         self.warnings = gpu_model_warnings(self.lanes)
         _ensure_resource_tracker()
@@ -301,99 +264,20 @@ class Sweep(SweepBase):
     def close(self) -> None:
         self.log.close()
 
-    def _emit(self, event: dict) -> None:
-        with self._lock:  # lanes run side by side: one writer at a time
-            self._track(event)
-            self.log.append(event)
-            if self.on_event is not None:
-                self.on_event(event)
-
     def _run_one(self, spec: RunSpec) -> str:
-        q = self._ctx.Queue(maxsize=QUEUE_MAX)
-        log_path = str(self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log"))
+        log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
         payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
-                       repeat=spec.repeat, gpu=spec.gpu, log_path=log_path, why=spec.why, owner_pid=os.getpid(),
+                       repeat=spec.repeat, gpu=spec.gpu, log_path=str(log_path), why=spec.why, owner_pid=os.getpid(),
                        # the trial's parent: the fork server, or this process for a spawned one
                        parent_pid=(server_pid() if self._ctx.get_start_method() == "forkserver" else None) or os.getpid())
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
         from . import worker
 
-        proc = self._ctx.Process(target=worker.run, args=(payload, q), name=f"tracetui-{spec.trial.slug(SHORT)}",
-                                 daemon=True)
-        payload["started_at"] = time.time()
-        launch(lambda: start_shielded(proc))  # see "no trial outlives tracetui" above
-        final: str | None = None
-        message = ""
-        dead_since: float | None = None
-        term_sent: float | None = None
-        clock = StallClock(self.cfg.stall_timeout)
-        stalled: str | None = None
-        try:
-            while True:
-                if stalled is None and term_sent is None:
-                    stalled = clock.stalled()
-                if (self._stop.is_set() or stalled) and term_sent is None and proc.is_alive():
-                    term_sent = time.monotonic()
-                    proc.terminate()  # SIGTERM: the worker reports ``interrupted``
-                    if stalled:
-                        _continue(proc.pid)  # a stopped worker acts on SIGTERM only once continued
-                if term_sent is not None and proc.is_alive() and time.monotonic() - term_sent > KILL_AFTER_S:
-                    proc.kill()
-                try:
-                    event = q.get(timeout=0.1)
-                except queue_mod.Empty:
-                    event = None
-                except (EOFError, OSError):
-                    event = None
-                if event is not None:
-                    if stalled:
-                        continue  # what a stalled run sends while it is stopped is not measured
-                    clock.saw(event)
-                    if event.get("run_id") == spec.run_id and event.get("type") in (RUN_FINISHED, RUN_FAILED):
-                        final = "ok" if event["type"] == RUN_FINISHED else event.get("kind", "error")
-                        message = event.get("message", "")
-                    self._emit(event)
-                    if final is not None:
-                        break
-                    continue
-                if not proc.is_alive():
-                    dead_since = dead_since or time.monotonic()
-                    if time.monotonic() - dead_since > _DRAIN_S:
-                        break
-        finally:
-            proc.join(timeout=15)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
-            q.close()
-            q.cancel_join_thread()
-        if final is None:
-            code = proc.exitcode
-            if stalled:
-                final, msg = "stalled", stalled
-            elif self._stop.is_set():
-                final = "interrupted"
-                msg = "stopped by the sweep"
-            else:
-                final = "crashed"
-                how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
-                       else f"exited with status {code}")
-                msg = f"worker {how} without reporting; its log: {log_path}"
-            self._emit(make(RUN_FAILED, spec.run_id, kind=final, message=msg))
-            message = msg
-        self._finished(spec, final, message)
-        return final
-
-
-def _continue(pid: int | None) -> None:
-    if pid is not None:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except OSError:
-            pass
+        return self._supervised(spec, WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}",
+                                                  QUEUE_MAX, log_path))
 
 
 def gpu_model_warnings(lanes: list[int | None]) -> list[str]:

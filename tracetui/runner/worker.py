@@ -16,6 +16,7 @@ from ..config import KNOB_DEFAULTS, dataset_kind
 from ..knobs import KNOBS, SHORT, fmt, model_args, sft_args
 from ..probe.environment import environment
 from ..trial import Trial
+from .preflight import device_kind
 
 
 class Interrupted(BaseException):
@@ -144,13 +145,10 @@ def run(spec: dict, mp_queue: Any) -> None:
         stages.enter("importing torch")
         import torch
 
-        device = cfg.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if device.startswith("cuda:") and spec.get("gpu") is None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = device[5:]
-        if device.startswith("cuda"):
-            device = "cuda"
+        device = device_kind(cfg, torch.cuda.is_available)
+        if cfg.device.startswith("cuda:") and spec.get("gpu") is None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_index())
+        if device == "cuda":
             torch.cuda.set_device(0)
         precision, dtype = resolve_precision(cfg.precision, device)
         stages.enter("importing transformers and TRL")
@@ -171,8 +169,7 @@ def run(spec: dict, mp_queue: Any) -> None:
             from ..probe.gpu import GpuSampler
 
             sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
-                                 gpu_index=spec["gpu"] if spec.get("gpu") is not None else (
-                                     int(cfg.device[5:]) if cfg.device.startswith("cuda:") else 0),
+                                 gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),
                                  uuid=env.get("gpu_uuid") or None)
             why = sampler.start()
             if why:

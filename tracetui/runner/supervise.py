@@ -1,0 +1,274 @@
+"""One supervisor for every kind of trial process: a spawned worker, a user's training script,
+torchrun's ranks.
+
+:func:`supervise` starts the trial's process, passes on its events, stops it when the sweep
+stops or when it stalls (SIGTERM, then SIGKILL after :data:`KILL_AFTER_S`), and when the
+process ended without saying how, classifies its end once (:func:`classify_end`). The two
+kinds of process differ only in how they start, how signals reach them and where their events
+come from, which is what a :class:`Child` says.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import re
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..events import GPU, RUN_FAILED, RUN_FINISHED, STEP, make
+from ..plan import RunSpec
+from .lifetime import die_with_this_process, launch, start_shielded
+
+#: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
+KILL_AFTER_S = 10.0
+#: after a trial's process is gone, how long its last events may take to arrive
+DRAIN_S = 1.0
+#: stall limits (seconds without an event other than GPU samples): before a run's first step
+#: (imports, loading the model, the first step's one-off costs) at least START_STALL_S; after it
+#: STALL_STEPS times the median step, at least MIN_STALL_S, unless ``--stall-timeout`` says
+START_STALL_S = 600.0
+MIN_STALL_S = 60.0
+STALL_STEPS = 10.0
+#: what an out-of-memory looks like in a log (PyTorch's error, CUDA's message)
+OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory")
+
+
+def stall_limit(explicit: float | None, step_walls_s: list[float]) -> tuple[float, str]:
+    """Seconds a run may go without an event before it is ``stalled``, and what set it.
+    ``explicit``: ``--stall-timeout``; ``step_walls_s``: the wall times of the run's steps so far."""
+    if not step_walls_s:
+        return max(START_STALL_S, explicit or 0.0), "before the first step"
+    if explicit is not None:
+        return explicit, "--stall-timeout"
+    return max(MIN_STALL_S, STALL_STEPS * statistics.median(step_walls_s)), "10x the median step, at least 60 s"
+
+
+class StallClock:
+    """When a run last made progress (any event but GPU samples, which a sampler thread goes on
+    sending while training hangs), and how long it may go without."""
+
+    def __init__(self, explicit: float | None):
+        self.explicit = explicit
+        self.walls: list[float] = []
+        self.last = time.monotonic()
+        self.limit, self.why = stall_limit(explicit, self.walls)
+
+    def saw(self, event: dict) -> None:
+        if event.get("type") == GPU:
+            return
+        self.last = time.monotonic()
+        if event.get("type") == STEP and event.get("rank") in (0, None) and event.get("wall_ms") is not None:
+            self.walls.append(float(event["wall_ms"]) / 1000.0)
+            self.limit, self.why = stall_limit(self.explicit, self.walls)
+
+    def stalled(self) -> str | None:
+        """The ``stalled`` message once the run has gone too long without progress, else None."""
+        idle = time.monotonic() - self.last
+        if idle <= self.limit:
+            return None
+        return (f"no progress for {idle:.0f} s (limit {self.limit:g} s, {self.why}); stopped; "
+                "if it was only slow, raise --stall-timeout SECONDS")
+
+
+class Child:
+    """A trial's process, as the supervisor sees it."""
+
+    #: the status of a process that exited with an error status without reporting
+    exit_kind = "crashed"
+    #: what a process that exited 0 without reporting means
+    silent_exit = "exited without reporting"
+    #: how long the process may go on after its run reported its end, before it is stopped
+    linger_s = KILL_AFTER_S
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+
+    def start(self) -> None: ...
+    def alive(self) -> bool: ...
+    def exitcode(self) -> int | None: ...
+    def signal(self, sig: int) -> None: ...
+    def next_event(self, timeout: float) -> dict | None: ...
+    def reap(self) -> None: ...
+
+
+class WorkerChild(Child):
+    """tracetui's own worker (:func:`tracetui.runner.worker.run`), started from the sweep's
+    multiprocessing context; its events come over its own bounded queue."""
+
+    def __init__(self, ctx, target: Callable, payload: dict, name: str, queue_max: int, log_path: Path):
+        super().__init__(log_path)
+        self.queue = ctx.Queue(maxsize=queue_max)
+        self.proc = ctx.Process(target=target, args=(payload, self.queue), name=name, daemon=True)
+        self.payload = payload
+
+    def start(self) -> None:
+        self.payload["started_at"] = time.time()
+        launch(lambda: start_shielded(self.proc))  # see tracetui.runner.lifetime
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def signal(self, sig: int) -> None:
+        if self.proc.pid is not None:
+            try:
+                os.kill(self.proc.pid, sig)
+            except OSError:  # gone already
+                pass
+
+    def next_event(self, timeout: float) -> dict | None:
+        try:
+            return self.queue.get(timeout=timeout)
+        except (queue_mod.Empty, EOFError, OSError):
+            return None
+
+    def reap(self) -> None:
+        self.proc.join(timeout=15)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.queue.close()
+        self.queue.cancel_join_thread()
+
+
+class CommandChild(Child):
+    """A command (a user's script, torchrun) in its own session, so the terminal's signals are
+    the sweep's to pass on, killed by the kernel if tracetui dies; its events come over the
+    sweep's socket, into ``inbox``."""
+
+    exit_kind = "error"
+    silent_exit = "the script finished but no Trainer reported: does it train with transformers' Trainer?"
+    linger_s = 120.0  # a script's own work after training (saving the model, say)
+
+    def __init__(self, cmd: list[str], env: dict, inbox: "queue_mod.Queue[dict]", log_path: Path):
+        super().__init__(log_path)
+        self.cmd, self.env, self.inbox = cmd, env, inbox
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "w")
+        self.proc = launch(lambda: subprocess.Popen(
+            self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=die_with_this_process()))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exitcode(self) -> int | None:
+        return self.proc.returncode if self.proc is not None else None
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)  # the whole group: torchrun's ranks, a script's children
+            except OSError:
+                pass
+
+    def next_event(self, timeout: float) -> dict | None:
+        try:
+            return self.inbox.get(timeout=timeout)
+        except queue_mod.Empty:
+            return None
+
+    def reap(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        if self._log is not None:
+            self._log.close()
+
+
+def log_tail(path: Path, n: int = 4000) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - n))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None) -> tuple[str, str]:
+    """How a trial ended that did not say so itself: stalled, interrupted, out of memory (from
+    its log), killed by a signal, or exited with a status."""
+    if stalled:
+        return "stalled", stalled
+    if stopped:
+        return "interrupted", "stopped by the sweep"
+    code = child.exitcode()
+    tail = log_tail(child.log_path)
+    if OOM_IN_LOG.search(tail):
+        return "oom", f"out of memory at micro-batch {spec.trial.micro_batch} (see {child.log_path})"
+    if code is not None and code < 0:
+        return "crashed", f"killed by {signal.Signals(-code).name} without reporting; its log: {child.log_path}"
+    if code == 0:
+        return "error", f"{child.silent_exit} (log: {child.log_path})"
+    last = tail.strip().splitlines()[-1][:200] if tail.strip() else ""
+    return child.exit_kind, f"exited with status {code} without reporting: {last} (log: {child.log_path})"
+
+
+def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: threading.Event,
+              stall_timeout: float | None) -> tuple[str, str]:
+    """Run ``child`` for ``spec`` to its end and say how it ended: ``(status, message)``.
+
+    Every event is handed to ``emit`` as it arrives; the run's end is the one its lead rank
+    (rank 0 on this machine) reports, else :func:`classify_end`'s reading, which is then emitted
+    as the run's ``run_failed``."""
+    clock = StallClock(stall_timeout)
+    final: tuple[str, str] | None = None
+    stalled: str | None = None
+    term_at: float | None = None
+    final_at: float | None = None
+    dead_since: float | None = None
+    child.start()
+    try:
+        while True:
+            now = time.monotonic()
+            if stalled is None and term_at is None and final is None:
+                stalled = clock.stalled()
+            # a run told to stop, a stalled one, and one that said it ended but lingers
+            lingering = final_at is not None and now - final_at > child.linger_s
+            if (stop.is_set() or stalled or lingering) and term_at is None and child.alive():
+                term_at = now
+                child.signal(signal.SIGTERM)
+                if stalled:
+                    child.signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+            if term_at is not None and child.alive() and now - term_at > KILL_AFTER_S:
+                child.signal(signal.SIGKILL)
+            event = child.next_event(0.1)
+            if event is not None:
+                ours = event.get("run_id") == spec.run_id
+                if ours and stalled:
+                    continue  # what a stalled run sends while it is stopped is not measured
+                if ours:
+                    clock.saw(event)
+                    if (final is None and event.get("type") in (RUN_FINISHED, RUN_FAILED)
+                            and event.get("rank", 0) == 0):
+                        final = (("ok", "") if event["type"] == RUN_FINISHED
+                                 else (event.get("kind", "error"), event.get("message", "")))
+                        final_at = now
+                emit(event)
+                dead_since = None if child.alive() else dead_since
+                continue
+            if not child.alive():
+                dead_since = dead_since or now
+                # gone, and nothing more arrived: after its end, at once; else give its last
+                # lines time to come
+                if final is not None or now - dead_since > DRAIN_S:
+                    break
+    finally:
+        child.reap()
+    if final is not None:
+        return final
+    kind, message = classify_end(child, spec, stop.is_set(), stalled)
+    emit(make(RUN_FAILED, spec.run_id, kind=kind, message=message))
+    return kind, message

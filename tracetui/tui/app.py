@@ -1,8 +1,11 @@
 """The live monitor: a Textual app over an event source (a sweep, a replayed log, a watch).
 
-Events land in an :class:`Inbox` from background threads; a timer drains it a few times a
-second, folds the events into :class:`Results` and redraws only then, so a flood of events
-never blocks training nor makes the screen flicker.
+Events land in an :class:`Inbox` from background threads, which announces each batch with one
+:class:`EventsArrived` message (never one per event); the app folds the batch into
+:class:`Results` and redraws within its CPU budget, so a flood of events never blocks training
+nor makes the screen flicker. The source says it is done with :class:`SourceDone`, drawn at
+once. A slow timer only counts clocks on (a trial's start-up) and draws what the budget held
+back.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
@@ -27,6 +31,16 @@ from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, P
                       run_name)
 
 REFRESH_HZ = 4.0
+#: the statistics are recomputed at most this often (and at most every 4x their own cost)
+SUMMARY_MIN_S = 0.25
+
+
+class EventsArrived(Message):
+    """Events are waiting in the inbox (posted from the thread that put the first of them)."""
+
+
+class SourceDone(Message):
+    """The source has delivered everything it will (a sweep ended)."""
 #: the monitor's own CPU, in cores, above which it redraws less often: it shares the machine with
 #: the training it measures (on a 2-core CPU box, unbounded redraws slowed the measured steps)
 CPU_BUDGET = 0.15
@@ -97,7 +111,7 @@ class TraceApp(App):
                  project_steps: int | None = None, force: bool = False, idle: str = ""):
         super().__init__()
         self.source = source
-        self.inbox = Inbox()
+        self.inbox = Inbox(notify=lambda: self.post_message(EventsArrived()))
         self.results = Results()
         self.rows: list[dict] = []
         self.out_path = out_path
@@ -160,6 +174,7 @@ class TraceApp(App):
 
     def on_mount(self) -> None:
         self.query_one(Failures).display = False
+        self.source.on_done = lambda: self.post_message(SourceDone())
         self.source.start(self.inbox)
         self.apply_events()
         self.redraw()
@@ -223,14 +238,25 @@ class TraceApp(App):
             self.say(f"training shares this machine's {cores} CPU cores with the monitor, which slows it: "
                      "for figures, run headless (tracetui --export csv)", "warning")
 
+    def on_events_arrived(self, _message: EventsArrived) -> None:
+        self.apply_events()
+        self._draw_within_budget()
+
+    def on_source_done(self, _message: SourceDone) -> None:
+        self.apply_events()
+        self._next_summary = 0.0
+        self.redraw()  # the last events and the verdict, at once
+
     def _tick(self) -> None:
         if self.signalled and not self._quitting:
             self.quit_on_signal(self.signalled)
-        self.apply_events()
-        if isinstance(self.source, WatchSource):
+        if self.source.watching:
             self.sub_title = self.source.describe()
         if self.stages and self.source.live:
             self._dirty = True  # the stage's elapsed time counts on
+        self._draw_within_budget()
+
+    def _draw_within_budget(self) -> None:
         busy = self.cpu.share()
         # Held back only while training runs: the last events (the verdict) are drawn at once.
         if self._dirty and (busy < CPU_BUDGET or time.monotonic() - self._last_redraw >= MAX_STALE_S
@@ -268,7 +294,7 @@ class TraceApp(App):
         if fresh:
             self.rows = summarise(self.results, self.project_steps)
             cost = time.monotonic() - now
-            self._next_summary = now + max(1.0 / REFRESH_HZ, 4.0 * cost)
+            self._next_summary = now + max(SUMMARY_MIN_S, 4.0 * cost)
         else:
             self._dirty = True  # the table still owes an update
         run = self.focus_run()

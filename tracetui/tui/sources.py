@@ -12,15 +12,23 @@ from typing import Callable
 
 
 class Inbox:
-    """Thread-safe event buffer between producers and the UI thread."""
+    """Thread-safe event buffer between producers and the UI thread. ``notify`` (the app's
+    "events arrived" message) is called once per batch: when the first event lands in an empty,
+    already-drained inbox, not once per event."""
 
-    def __init__(self) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None) -> None:
         self._q: collections.deque = collections.deque()
+        self._pending = False
+        self.notify = notify
 
     def put(self, event: dict) -> None:
         self._q.append(event)  # deque.append is atomic
+        if not self._pending and self.notify is not None:
+            self._pending = True
+            self.notify()
 
     def drain(self, limit: int = 1_000_000) -> list[dict]:
+        self._pending = False  # a put from now on announces itself again
         out = []
         q = self._q
         while q and len(out) < limit:
@@ -31,6 +39,11 @@ class Inbox:
 class Source(abc.ABC):
     live = False
     can_rerun = False
+    #: attached scripts come and go: the header shows who is connected
+    watching = False
+    #: called (from the source's thread) when it has no more to deliver: the app's "sweep
+    #: finished" message
+    on_done: Callable[[], None] | None = None
 
     @abc.abstractmethod
     def start(self, inbox: Inbox) -> None:
@@ -77,7 +90,6 @@ class SweepSource(Source):
         self.sweep = sweep
         self._thread: threading.Thread | None = None
         self._inbox: Inbox | None = None
-        self.on_done: Callable[[], None] | None = None
 
     def start(self, inbox: Inbox) -> None:
         self._inbox = inbox
@@ -122,6 +134,7 @@ class WatchSource(Source):
     """Scripts attached through :class:`~tracetui.attach.TraceCallback`, over a socket."""
 
     live = False
+    watching = True
 
     def __init__(self, path: str, log) -> None:
         self.path = path

@@ -1,0 +1,75 @@
+"""The monitor takes its updates as Textual messages: one "events arrived" per batch, however
+many events the batch holds, and a "source done" when the sweep ends; no timer drains it."""
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+from tracetui.store import read_events
+from tracetui.tui import app as app_mod
+from tracetui.tui.app import TraceApp
+from tracetui.tui.sources import Inbox, Source
+from tracetui.tui.widgets import RunList
+
+DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
+
+
+def test_inbox_announces_each_batch_once():
+    calls = []
+    inbox = Inbox(notify=lambda: calls.append(1))
+    threads = [threading.Thread(target=lambda: [inbox.put({"n": i}) for i in range(500)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1  # 2000 events, one announcement
+    assert len(inbox.drain()) == 2000
+    inbox.put({"n": -1})
+    assert len(calls) == 2  # drained: the next event announces itself again
+
+
+class Background(Source):
+    """Events from a thread of its own, as a sweep delivers them; done when they are all out."""
+
+    live = True
+
+    def __init__(self, events):
+        self.events, self.thread = events, None
+
+    def start(self, inbox):
+        def body():
+            time.sleep(0.3)
+            for e in self.events:
+                inbox.put(e)
+            if self.on_done is not None:
+                self.on_done()
+
+        self.thread = threading.Thread(target=body, daemon=True)
+        self.thread.start()
+
+    def running(self):
+        return self.thread is not None and self.thread.is_alive()
+
+
+def test_events_reach_the_screen_without_the_timer(monkeypatch):
+    monkeypatch.setattr(app_mod, "REFRESH_HZ", 0.001)  # the timer would first fire after 1000 s
+    events = read_events([DATA]).events
+    app = TraceApp(Background(events))
+    posted = []
+    real_post = app.post_message
+    monkeypatch.setattr(app, "post_message", lambda m: posted.append(type(m).__name__) or real_post(m))
+
+    async def go():
+        async with app.run_test(size=(100, 30)) as pilot:
+            t0 = time.monotonic()
+            while app.events_applied < len(events) or app.query_one(RunList).row_count < 3:
+                assert time.monotonic() - t0 < 10, "events never reached the screen"
+                await pilot.pause(0.1)
+            await pilot.pause(0.3)
+            await pilot.press("q")
+
+    asyncio.run(go())
+    assert app.events_applied == len(events) and not app._dirty
+    assert "SourceDone" in posted
+    assert 1 <= posted.count("EventsArrived") < len(events) / 10  # batches, not one per event

@@ -52,10 +52,10 @@ class Background(Source):
         return self.thread is not None and self.thread.is_alive()
 
 
-def test_events_reach_the_screen_without_the_timer(monkeypatch):
+def test_events_reach_the_screen_without_the_timer(monkeypatch, tmp_path):
     monkeypatch.setattr(app_mod, "REFRESH_HZ", 0.001)  # the timer would first fire after 1000 s
     events = read_events([DATA]).events
-    app = TraceApp(Background(events))
+    app = TraceApp(Background(events), out_path=str(tmp_path / "results.csv"))
     posted = []
     real_post = app.post_message
     monkeypatch.setattr(app, "post_message", lambda m: posted.append(type(m).__name__) or real_post(m))

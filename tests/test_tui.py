@@ -83,6 +83,8 @@ def test_live_sweep_in_app(tmp_path):
             await _wait(pilot, lambda: len(app.results.runs) == 3
                         and all(r.status == "ok" for r in app.results.runs.values()), 120)
             assert sorted(r.label for r in app.results.runs.values()) == ["1x2", "1x2", "2x1"]
+            # the run reports its end before its process has gone: quit once the sweep is over
+            await _wait(pilot, lambda: not app.source.running(), 30)
             await pilot.press("q")
             await pilot.pause(0.5)
 

@@ -300,6 +300,8 @@ class RunData:
     finished: dict = field(default_factory=dict)
     #: what the trainer really ran with (rank 0's read-back)
     settings: dict = field(default_factory=dict)
+    #: sweep id -> the machine its started runs reported (shared by the runs of one Results)
+    sweep_machines: dict = field(default_factory=dict, repr=False, compare=False)
     #: when each stage before the first step began, seconds after the process started
     stages: dict = field(default_factory=dict)
 
@@ -314,7 +316,9 @@ class RunData:
 
     @property
     def machine(self) -> str:
-        env = self.started.get("env") or {}
+        env = self.started.get("env")
+        if not env:  # a trial the sweep never started: where the sweep's other runs ran
+            return self.sweep_machines.get(self.run_id.split("/", 1)[0], "CPU")
         return env.get("gpu_name") or "CPU"
 
     def measured(self) -> list[dict]:
@@ -355,13 +359,16 @@ class Results:
 
     def __init__(self) -> None:
         self.runs: dict[str, RunData] = {}
+        self.sweep_machines: dict[str, str] = {}
         self.boot_cache: dict[tuple, tuple[int, list[float]]] = {}
 
     def add(self, event: dict) -> RunData:
         run = self.runs.get(event["run_id"])
         if run is None:
-            run = self.runs[event["run_id"]] = RunData(event["run_id"])
+            run = self.runs[event["run_id"]] = RunData(event["run_id"], sweep_machines=self.sweep_machines)
         run.add(event)
+        if event["type"] == RUN_STARTED and event.get("env"):
+            self.sweep_machines.setdefault(event["run_id"].split("/", 1)[0], run.machine)
         return run
 
     def extend(self, events: Iterable[dict]) -> "Results":

@@ -26,8 +26,8 @@ from ..analysis import Results, summarise
 from ..probe.settings import describe
 from ..trial import format_value as fmt_value
 from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
-from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, PhaseChart, RunList, Stage, StatusLine,
-                      StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, phase_legend, row_of,
+from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, PhaseChart, RunList,
+                      Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, phase_legend, row_of,
                       run_name)
 
 REFRESH_HZ = 4.0
@@ -167,6 +167,8 @@ class TraceApp(App):
                     yield ThroughputChart(id="throughput")
                 with TabPane("GPU", id="tab-gpu"):
                     yield GpuChart(id="gpu")
+                with TabPane("Memory", id="tab-memory"):
+                    yield MemoryChart(id="memory")
         yield Failures(id="failures")
         yield SummaryTable(id="summary")
         yield StatusLine(id="status")
@@ -319,6 +321,7 @@ class TraceApp(App):
                 shown = self.shown_rows()
                 self.query_one(PhaseChart).update_from(shown)
                 self.query_one(ThroughputChart).update_from(shown)
+                self.query_one(MemoryChart).update_from(self.rows, self.results)
                 self.query_one(SummaryTable).update_from(shown)
 
     @on(RunList.RowHighlighted, "#runs")

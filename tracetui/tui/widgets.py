@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import Results, RunData, median, recommendation, scope_note, verdict
+from ..analysis import PROBE_WHY, Results, RunData, median, recommendation, scope_note, verdict
 from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
 from ..phases import PHASES
 
@@ -361,6 +361,69 @@ class ThroughputChart(Chart):
         plt.bar([row_label(r, multi) for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
                 orientation="horizontal")
         plt.title("throughput (tokens/s)")
+        self.refresh()
+
+
+@dataclass
+class MemoryPoints:
+    """The search's memory model against what ran, per micro-batch (GiB)."""
+
+    measured: list[tuple[int, float]] = field(default_factory=list)
+    predicted: list[tuple[int, float]] = field(default_factory=list)
+    limit: float | None = None
+    limit_what: str = ""
+
+
+def memory_points(rows: list[dict], results: Results) -> MemoryPoints:
+    """Each trial's and each memory probe's measured peak, each trial's predicted peak (the
+    line the search fitted from its probes), and the memory bound, for the first machine's first
+    effective batch with a prediction (else with a peak)."""
+    with_pred = [r for r in rows if r.get("predicted_mem_gib") is not None]
+    pick = (with_pred or [r for r in rows if r.get("peak_mem_gib") is not None] or [None])[0]
+    out = MemoryPoints()
+    if pick is None:
+        return out
+    same = [r for r in rows if (r["machine"], r["effective_batch"]) == (pick["machine"], pick["effective_batch"])]
+    out.measured = [(r["micro_batch"], r["peak_mem_gib"]) for r in same if r.get("peak_mem_gib") is not None]
+    for run in results.runs.values():  # the probes are runs, not rows
+        if run.machine == pick["machine"] and str(run.started.get("why") or "").startswith(PROBE_WHY):
+            peaks = [st["peak_mem_gib"] for st in run.steps if st.get("peak_mem_gib") is not None]
+            if peaks:
+                out.measured.append((run.trial.micro_batch, max(peaks)))
+    out.predicted = sorted((r["micro_batch"], r["predicted_mem_gib"]) for r in same
+                           if r.get("predicted_mem_gib") is not None)
+    limits = [r["memory_limit_gib"] for r in same if r.get("memory_limit_gib")]
+    cards = [r["mem_total_gib"] for r in same if r.get("mem_total_gib")]
+    if limits:
+        out.limit, out.limit_what = limits[0], "--memory-limit"
+    elif cards:
+        out.limit, out.limit_what = cards[0], "the card"
+    return out
+
+
+class MemoryChart(Chart):
+    """Peak memory against the micro-batch: what each trial and probe measured, the search's
+    predicted line, and the bound it searched under (at 90%: the headroom it keeps)."""
+
+    points: MemoryPoints | None = None
+
+    def update_from(self, rows: list[dict], results: Results) -> None:
+        pts = self.points = memory_points(rows, results)
+        plt = self.start(bool(pts.measured or pts.predicted), "peak memory (GiB): no peaks yet")
+        if plt is None:
+            return
+        xs = [m for m, _ in pts.measured + pts.predicted]
+        if pts.predicted:
+            plt.plot([m for m, _ in pts.predicted], [g for _, g in pts.predicted], label="predicted",
+                     color="magenta", marker="braille")
+        if pts.measured:
+            plt.scatter([m for m, _ in pts.measured], [g for _, g in pts.measured], label="measured",
+                        color="cyan", marker="o")
+        if pts.limit:
+            span = [min(xs), max(xs)]
+            plt.plot(span, [0.9 * pts.limit] * 2, label=f"90% of {pts.limit_what}", color="red", marker="braille")
+        plt.xlabel("micro-batch")
+        plt.title("peak memory (GiB) per micro-batch")
         self.refresh()
 
 

@@ -49,8 +49,10 @@ def test_an_end_nobody_reported_is_read_once(tmp_path):
         (status, message), seen, _, child = _run(code, tmp_path)
         assert status == kind and words in message, (code, status, message)
         assert str(child.log_path) in message
-        # said once, as the run's run_failed event
-        assert [(e["type"], e["kind"]) for e in seen] == [("run_failed", kind)]
+        # said once, as the run's run_failed event, after a start event that gives it its row
+        assert [(e["type"], e.get("kind") or e.get("mode")) for e in seen] == [
+            ("run_started", "unreported"), ("run_failed", kind)]
+        assert seen[0]["label"] == "4x1" and seen[0]["micro_batch"] == 4
 
 
 def test_a_stop_reaches_the_whole_process_group(tmp_path):
@@ -69,3 +71,44 @@ def test_a_run_without_progress_is_stalled(tmp_path, monkeypatch):
     (status, message), seen, took, _ = _run("import time; time.sleep(60)", tmp_path, stall=1.0)
     assert status == "stalled" and message.startswith("no progress for 1 s (limit 1 s, before the first step)")
     assert took < 10 and seen[-1]["kind"] == "stalled"
+
+
+def test_a_death_under_a_memory_cap_is_out_of_memory(tmp_path):
+    """On the CPU --memory-limit caps the data size: C++ code (the OpenMP runtime, the allocator)
+    dies of it by a signal or a failed thread creation rather than raising; that is an oom. The
+    same death without a cap stays a crash."""
+    code = "import os, signal, sys; print('libgomp: Thread creation failed: Resource temporarily unavailable'); " \
+           "sys.stdout.flush(); os.kill(os.getpid(), signal.SIGSEGV)"
+    inbox = queue.Queue()
+    child = sup.CommandChild([sys.executable, "-c", code], {}, inbox, tmp_path / "capped.log")
+    child.memory_limit = 0.5
+    status, message = sup.supervise(SPEC, child, lambda e: None, threading.Event(), None)
+    assert status == "oom"
+    assert message.startswith("out of memory at micro-batch 4 under --memory-limit 0.5 GiB (killed by SIGSEGV)")
+    (status, message), _, _, _ = _run(code, tmp_path)
+    assert status == "crashed" and "killed by SIGSEGV" in message
+
+
+def test_a_script_that_dies_before_its_trainer(tmp_path):
+    """``tracetui sweep -- python bad.py``: a script that fails before any trainer reports gets a
+    row per run under its trial's name with the reason; the second identical failure stops the
+    sweep (the same failure in every run, whatever each run's log is called), exit 2. A script
+    that does not exist is refused before anything starts."""
+    from .conftest import read_csv, run_cli
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nprint('this script needs a GPU')\nsys.exit(3)\n")
+    out = tmp_path / "r.csv"
+    proc = run_cli("sweep", "--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--runs-dir", tmp_path / "runs",
+                   "--", sys.executable, bad, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "every run fails the same way" in proc.stderr
+    rows = {r["split"]: r for r in read_csv(out)}
+    for split in ("1x4", "2x2"):
+        assert rows[split]["status"] == "error"
+        assert "exited with status 3 without reporting: this script needs a GPU" in rows[split]["message"]
+    assert rows["4x1"]["message"].startswith("not run: every run fails the same way")
+    proc = run_cli("sweep", "--export", "csv", "-o", tmp_path / "m.csv", "--", sys.executable,
+                   tmp_path / "missing.py", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"tracetui: error: sweep: {tmp_path / 'missing.py'} does not exist; give the training script's path"

@@ -920,6 +920,9 @@ def scope_note(rows: list[dict]) -> str:
     """What the intervals cover: with one run per split, only step-to-step noise."""
     timed = [r for r in rows if r.get("step_ms_median")]
     if timed and all(r.get("ci_scope") == "steps" for r in timed):
+        if any((r.get("runs") or 1) > 1 for r in timed):
+            return ("intervals cover step noise only: the runs were too short to measure how fresh processes "
+                    "differ (more --steps)")
         return "one run per split: intervals cover step noise only, not how fresh processes differ (--repeats 2+)"
     return ""
 

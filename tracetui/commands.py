@@ -174,7 +174,7 @@ def _sweep_parser() -> Parser:
 def sweep_main(argv: list[str]) -> int:
     from .session import load_config, run_headless
     from .config import ConfigError
-    from .runner.script import ScriptSweep, check_command
+    from .runner.script import ScriptSweep, check_command, check_script_exists
 
     if "--" not in argv:
         raise UsageError("sweep: give the training command after --, e.g. tracetui sweep -- python train.py")
@@ -183,6 +183,7 @@ def sweep_main(argv: list[str]) -> int:
     ns = _sweep_parser().parse_args(own)
     try:
         check_command(cmd)
+        check_script_exists(cmd)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     cfg, splits = load_config(ns, deep=False)

@@ -270,7 +270,7 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
             return value
     except (ValueError, TypeError, OverflowError):
         raise ConfigError(flag, f"{value!r} is not a valid {kind.__name__}",
-                          f"give a {kind.__name__} value") from None
+                          "give " + {int: "a whole number", float: "a number"}.get(kind, f"a {kind.__name__} value")) from None
     return value
 
 

@@ -82,12 +82,12 @@ class Knob:
 
     def unavailable(self, value: Any, device: str) -> str | None:
         """Why ``value`` cannot run here (before anything starts), or None."""
+        if self.needs_gpu(value) and device == "cpu":  # first: a package would not help here
+            return f"{self.name}={fmt(value)} needs a CUDA GPU" + (f" ({self.extra['gpu_why']})"
+                                                                   if "gpu_why" in self.extra else "")
         for module, package in self.requires(value):
             if importlib.util.find_spec(module) is None:
                 return f"{self.name}={fmt(value)} needs the {package} package (pip install {package})"
-        if self.needs_gpu(value) and device == "cpu":
-            return f"{self.name}={fmt(value)} needs a CUDA GPU" + (f" ({self.extra['gpu_why']})"
-                                                                   if "gpu_why" in self.extra else "")
         return None
 
 

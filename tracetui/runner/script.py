@@ -51,6 +51,13 @@ def check_command(cmd: list[str], varied: dict | None = None) -> None:
                                   "remove it: tracetui sets it for each trial")
 
 
+def check_script_exists(cmd: list[str]) -> None:
+    """Refuse ``python train.py`` when train.py is not there (before every run fails on it)."""
+    for arg in cmd[1:3]:  # python train.py, python -u train.py
+        if arg.endswith(".py") and not os.path.exists(arg):
+            raise ConfigError("sweep", f"{arg} does not exist", "give the training script's path")
+
+
 def script_notes(varied: dict) -> list[str]:
     """What to know about the varied settings' flags on a user's script (one line each)."""
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
@@ -110,7 +117,13 @@ class ScriptSweep(SweepBase):
             env.setdefault(k, v)
         env[OWNER_ENV] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
-        return self._supervised(spec, CommandChild(self.command_for(spec), env, self._inbox, log_path))
+        child = CommandChild(self.command_for(spec), env, self._inbox, log_path)
+        child.memory_limit = self.memory_capped()
+        return self._supervised(spec, child)
+
+    def memory_capped(self) -> float | None:
+        """--memory-limit where it caps this sweep's trials: not on a user's script."""
+        return None
 
     def close(self) -> None:
         try:
@@ -138,6 +151,9 @@ class DdpSweep(ScriptSweep):
 
     def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
         """Nothing to check: each rank is tracetui's own trainer, which applies every setting."""
+
+    def memory_capped(self) -> float | None:
+        return self.cfg.memory_limit  # each rank caps its own memory (tracetui.runner.ddp)
 
     def command_for(self, spec: RunSpec) -> list[str]:
         cfg = self.cfg

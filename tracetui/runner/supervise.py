@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..events import GPU, RUN_FAILED, RUN_FINISHED, STEP, make
+from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
 from ..plan import RunSpec
 from .lifetime import die_with_this_process, launch, start_shielded
 
@@ -35,8 +35,10 @@ DRAIN_S = 1.0
 START_STALL_S = 600.0
 MIN_STALL_S = 60.0
 STALL_STEPS = 10.0
-#: what an out-of-memory looks like in a log (PyTorch's error, CUDA's message)
-OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory")
+#: what an out-of-memory looks like in a log (PyTorch's error, CUDA's message; under a capped data
+#: size on the CPU: the allocator's and the OpenMP runtime's failures)
+OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|MemoryError")
+CAPPED_IN_LOG = re.compile(r"std::bad_alloc|Cannot allocate memory|Thread creation failed")
 
 
 def stall_limit(explicit: float | None, step_walls_s: list[float]) -> tuple[float, str]:
@@ -85,6 +87,9 @@ class Child:
     silent_exit = "exited without reporting"
     #: how long the process may go on after its run reported its end, before it is stopped
     linger_s = KILL_AFTER_S
+    #: --memory-limit when the trial's memory is capped (GiB): a death by signal is then read
+    #: as running out of it (on the CPU the cap is the data size, and C++ code dies of it)
+    memory_limit: float | None = None
 
     def __init__(self, log_path: Path):
         self.log_path = log_path
@@ -206,8 +211,11 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
         return "interrupted", "stopped by the sweep"
     code = child.exitcode()
     tail = log_tail(child.log_path)
-    if OOM_IN_LOG.search(tail):
-        return "oom", f"out of memory at micro-batch {spec.trial.micro_batch} (see {child.log_path})"
+    killed = f" (killed by {signal.Signals(-code).name})" if code is not None and code < 0 else ""
+    capped_death = child.memory_limit is not None and ((killed and code != -signal.SIGTERM) or CAPPED_IN_LOG.search(tail))
+    if OOM_IN_LOG.search(tail) or capped_death:
+        capped = f" under --memory-limit {child.memory_limit:g} GiB" if child.memory_limit is not None else ""
+        return "oom", f"out of memory at micro-batch {spec.trial.micro_batch}{capped}{killed} (see {child.log_path})"
     if code is not None and code < 0:
         return "crashed", f"killed by {signal.Signals(-code).name} without reporting; its log: {child.log_path}"
     if code == 0:
@@ -224,6 +232,7 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     (rank 0 on this machine) reports, else :func:`classify_end`'s reading, which is then emitted
     as the run's ``run_failed``."""
     clock = StallClock(stall_timeout)
+    started = False  # whether the run announced itself (a script may die before its trainer does)
     final: tuple[str, str] | None = None
     stalled: str | None = None
     term_at: float | None = None
@@ -251,6 +260,7 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
                     continue  # what a stalled run sends while it is stopped is not measured
                 if ours:
                     clock.saw(event)
+                    started = started or event.get("type") == RUN_STARTED
                     if (final is None and event.get("type") in (RUN_FINISHED, RUN_FAILED)
                             and event.get("rank", 0) == 0):
                         final = (("ok", "") if event["type"] == RUN_FINISHED
@@ -270,5 +280,7 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     if final is not None:
         return final
     kind, message = classify_end(child, spec, stop.is_set(), stalled)
+    if not started and kind != "interrupted":  # a failure gets its row, under its trial's name
+        emit(make(RUN_STARTED, spec.run_id, label=spec.label, mode="unreported", why=spec.why, **spec.trial.fields()))
     emit(make(RUN_FAILED, spec.run_id, kind=kind, message=message))
     return kind, message

@@ -12,6 +12,7 @@ is stopped and reported ``stalled`` (see :func:`.supervise.stall_limit`).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -31,6 +32,8 @@ from .supervise import Child, WorkerChild, supervise
 
 #: queue size: large enough for bursts, small enough to bound memory
 QUEUE_MAX = 10_000
+#: where a failure message names its run's own log
+_LOG_PATH = re.compile(r"\s*\((?:log|see): [^)]*\)|;? its log: \S+|\(see [^)]*\)")
 
 
 class SweepBase:
@@ -207,7 +210,8 @@ class SweepBase:
             self._stepped.add(event["run_id"])
         elif (event.get("type") == RUN_FAILED and event.get("kind") == "error"
               and event["run_id"] not in self._stepped and not event.get("message", "").startswith("not run:")):
-            self._setup_failures.append(event.get("message", ""))
+            # the same failure in every run, whatever each run's own log is called
+            self._setup_failures.append(_LOG_PATH.sub("", event.get("message", "")))
             if self._setup_failures.count(self._setup_failures[-1]) >= 2:
                 self.same_failure = self._setup_failures[-1]
         self.measured.observe(event)
@@ -276,8 +280,9 @@ class Sweep(SweepBase):
             payload["references"] = self.references(spec)
         from . import worker
 
-        return self._supervised(spec, WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}",
-                                                  QUEUE_MAX, log_path))
+        child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
+        child.memory_limit = self.cfg.memory_limit
+        return self._supervised(spec, child)
 
 
 def gpu_model_warnings(lanes: list[int | None]) -> list[str]:

@@ -107,7 +107,7 @@ def test_vary_sweep_end_to_end(tmp_path):
     assert len(rows) == 8
     liger = [r for t, r in rows.items() if "liger=on" in t]
     assert len(liger) == 4 and all(r["status"] == "unavailable" for r in liger)
-    assert all("liger-kernel" in r["message"] for r in liger)
+    assert all("liger=on needs a CUDA GPU" in r["message"] for r in liger)  # a package would not help here
     ran = {t: r for t, r in rows.items() if "liger=off" in t}
     assert all(r["status"] == "ok" for r in ran.values()), ran
     for t, r in ran.items():  # where each run's start went: its parts add up to it

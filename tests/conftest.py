@@ -1,7 +1,10 @@
+import contextlib
 import csv
+import io
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +14,12 @@ import pytest
 # (both read it once, at import). A hub id then fails at once instead of retrying a network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Torch's OpenMP threads (one per core) spin while they wait for each other. On a shared two-core
+# machine (a sweep's worker beside its parent or the monitor, or beside other jobs) a tiny model's
+# steps then take several times as long: 24 steps of the example script took 74 s against 14 s
+# with the threads sleeping while they wait instead. The same threads, the same work; set here so
+# that every process a test starts inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,12 +29,39 @@ def run_cli(*args, cwd=None, timeout=600, env=None):
     test asks for more (the default of two doubles every sweep's time; the tests that are about
     repeats say so)."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    args = cli_args(args)
+    return subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def cli_args(args) -> list[str]:
     args = [str(a) for a in args]
     if "--repeats" not in args and not (args and args[0] in ("show", "watch")):
         cut = args.index("--") if "--" in args else len(args)
         args = args[:cut] + ["--repeats", "1"] + args[cut:]
-    return subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
+    return args
+
+
+def run_main(*args, cwd=None):
+    """``tracetui ARGS`` called in this process (``tracetui.cli.main``, what ``python -m
+    tracetui`` runs), with what it writes to stdout and stderr captured; returns what
+    :func:`run_cli` returns, ``returncode`` being what ``main`` returned (the exit status).
+    For the tests whose subject is a sweep's outputs rather than the process around it: the
+    sweep's trials are still real spawned workers, and the command saves the few seconds a
+    fresh interpreter takes to import torch, transformers and TRL before it can start one. The
+    tests about signals, exit by signal or a killed tracetui keep :func:`run_cli`."""
+    from tracetui.cli import main
+
+    args = cli_args(args)
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    os.chdir(cwd or ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(args)
+    finally:
+        os.chdir(old)
+    return subprocess.CompletedProcess(["tracetui", *args], code, out.getvalue(), err.getvalue())
 
 
 def claims_or_holds_back(text: str, *claims: str) -> bool:
@@ -44,6 +80,38 @@ def wait_until(pred, timeout=120):
         time.sleep(0.1)
 
 
+def side_by_side(tmp_path_factory, scenarios: dict) -> dict:
+    """Run each scenario (a function of a fresh folder) in a thread of its own, all at once, and
+    return what each returned, or the exception it raised, by name (:func:`outcome` raises it in
+    the test that reads it). For scenarios of real processes that spend their time starting up
+    and waiting for each other (a sweep, then a signal to it): side by side they share the
+    machine's two cores instead of queueing for one. Only for scenarios whose checks do not
+    depend on how busy the machine is: no verdicts, no timings."""
+    folders = {name: tmp_path_factory.mktemp(f"side{i}") for i, name in enumerate(scenarios)}
+    results: dict = {}
+
+    def run(name):
+        try:
+            results[name] = scenarios[name](folders[name])
+        except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
+            results[name] = exc
+
+    threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in scenarios]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def outcome(results: dict, name):
+    """What scenario ``name`` of :func:`side_by_side` returned; the exception it raised, raised."""
+    got = results[name]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 def read_csv(path):
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
@@ -51,10 +119,11 @@ def read_csv(path):
 
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory):
-    """One real headless sweep on the tiny preset, shared by the tests that read its outputs."""
+    """One real headless sweep on the tiny preset (``tracetui --export csv``, called in this
+    process: see :func:`run_main`), shared by the tests that read its outputs."""
     d = tmp_path_factory.mktemp("sweep")
     out, steps = d / "out.csv", d / "steps.csv"
-    proc = run_cli("--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "1x4,2x2,4x1",
-                   "--steps", 8, "--warmup", 2, "--runs-dir", d / "runs")
+    proc = run_main("--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "1x4,2x2,4x1",
+                    "--steps", 8, "--warmup", 2, "--seq-len", 64, "--runs-dir", d / "runs")
     logs = list((d / "runs").glob("*/events.jsonl"))
     return dict(proc=proc, out=out, steps=steps, jsonl=logs[0] if logs else None, dir=d)

@@ -12,7 +12,7 @@ from tracetui.events import make
 from tracetui.plan import grid_order, interleave
 from tracetui.store import read_events
 
-from .conftest import claims_or_holds_back, read_csv, run_cli
+from .conftest import claims_or_holds_back, read_csv, run_main
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -153,8 +153,8 @@ def test_until_confident_later_splits_stop_once_settled(tmp_path):
     """4x1 goes first and, at an unreachable 0.01%, runs to the cap; 1x4, about twice as slow on
     this CPU, stops as soon as its interval is clear of 4x1's."""
     out = tmp_path / "u.csv"
-    proc = run_cli("--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 30, "--warmup", 1,
-                   "--seq-len", 64, "--until-confident", 0.01, "--min-steps", 6, "--runs-dir", tmp_path / "runs")
+    proc = run_main("--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 30, "--warmup", 1,
+                    "--seq-len", 64, "--until-confident", 0.01, "--min-steps", 6, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
     order = [l.split("] ")[1].split(":")[0] for l in proc.stderr.splitlines() if "started on" in l]
     assert order == ["4x1", "1x4"]
@@ -182,15 +182,17 @@ def test_until_confident_later_splits_stop_once_settled(tmp_path):
 @pytest.mark.slow
 def test_repeats_and_until_confident_end_to_end(tmp_path):
     out = tmp_path / "r.csv"
-    proc = run_cli("--export", "csv", "-o", out, "--effective-batch", 2, "--splits", "1x2,2x1", "--repeats", 2,
-                   "--steps", 30, "--warmup", 1, "--seq-len", 32, "--until-confident", 40, "--min-steps", 4,
-                   "--project-steps", 500, "--runs-dir", tmp_path / "runs")
+    proc = run_main("--export", "csv", "-o", out, "--effective-batch", 2, "--splits", "1x2,2x1", "--repeats", 2,
+                    "--steps", 60, "--warmup", 1, "--seq-len", 32, "--until-confident", 40, "--min-steps", 4,
+                    "--project-steps", 500, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
     order = [l.split("] ")[1].split(":")[0] for l in proc.stderr.splitlines() if "started on" in l]
     assert order == ["2x1#1", "1x2#1", "1x2#2", "2x1#2"]  # cheapest first
     rows = read_csv(out)
     for r in rows:
         assert r["runs"] == "2" and r["repeat_spread_pct"] != ""
-        assert r["stopped_early"] == "True" and 8 <= int(r["steps_measured"]) < 2 * 29
+        # (a cap far above where a run settles: a loaded machine widens step noise, and a run that
+        # reaches its cap unsettled would say nothing about the rule)
+        assert r["stopped_early"] == "True" and 8 <= int(r["steps_measured"]) < 2 * 59
         assert float(r["projected_s"]) == pytest.approx(500 * float(r["step_ms_median"]) / 1000, rel=1e-3)
     assert claims_or_holds_back(proc.stderr, "for effective batch 2 (")

@@ -8,6 +8,7 @@ import signal
 import string
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from tracetui.cli import main
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait, ROOT, read_csv, run_cli
+from .conftest import wait_until as _wait, ROOT, cli_args, outcome, read_csv, run_cli, run_main, side_by_side
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -54,11 +55,13 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_worker_sigkill_mid_run_headless(tmp_path):
+    """A worker SIGKILLed after its third step: its run is ``crashed`` (noticed within seconds,
+    the signal named), every step it measured before the kill is on disk and in the outputs,
+    and the sweep goes on to the next split, which finishes."""
     runs = tmp_path / "runs"
     args = ["--export", "csv", "-o", tmp_path / "out.csv", "--steps-csv", tmp_path / "steps.csv",
             "--effective-batch", 2, "--splits", "1x2,2x1", "--steps", 14, "--warmup", 1, "--seq-len", 64,
             "--repeats", 1, "--runs-dir", runs]
-    proc = _start(args, tmp_path)
 
     def victim():
         ev = _events(runs)
@@ -66,22 +69,36 @@ def test_worker_sigkill_mid_run_headless(tmp_path):
         steps = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2")]
         return started[0]["pid"] if started and len(steps) >= 3 else None
 
-    _wait(lambda: victim() is not None)
-    pid = victim()
-    os.kill(pid, signal.SIGKILL)
-    killed_at = time.time()
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    killed = {}
+
+    def kill_it():  # beside the sweep, as a user's `kill -9` would be
+        try:
+            _wait(lambda: victim() is not None)
+            killed["t"] = time.time()
+            os.kill(victim(), signal.SIGKILL)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            killed["error"] = exc
+
+    killer = threading.Thread(target=kill_it, daemon=True)
+    killer.start()
+    proc = run_main(*args)
+    killer.join(10)
+    assert "error" not in killed, killed.get("error")
+    assert proc.returncode == 0, proc.stderr
     ev = _events(runs)
     failed = [e for e in ev if e["type"] == "run_failed"]
     assert len(failed) == 1 and failed[0]["kind"] == "crashed"
-    assert failed[0]["t"] - killed_at < 5.0
+    assert "SIGKILL" in failed[0]["message"]
+    assert failed[0]["t"] - killed["t"] < 5.0
     measured = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2")]
+    assert [e["step"] for e in measured][:3] == [1, 2, 3]
     rows = {r["split"]: r for r in read_csv(tmp_path / "out.csv")}
     assert rows["1x2"]["status"] == "crashed" and rows["2x1"]["status"] == "ok"
     assert int(rows["1x2"]["steps_measured"]) == len(measured) - 1  # all but the warm-up step
     steps_csv = [r for r in read_csv(tmp_path / "steps.csv") if r["split"] == "1x2"]
     assert len(steps_csv) == len(measured) >= 3
+    # the split after the crash ran all its steps
+    assert sum(1 for e in ev if e["type"] == "step" and e["run_id"].endswith("2x1")) == 14
 
 
 @pytest.mark.slow
@@ -89,8 +106,8 @@ def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(tmp_path):
     """On the CPU --memory-limit caps the worker's data size (RLIMIT_DATA): the big micro-batch
     cannot allocate, reports oom, its process (and memory) goes, the next split runs."""
     runs = tmp_path / "runs"
-    proc = run_cli("--export", "csv", "-o", tmp_path / "o.csv", "--effective-batch", 16, "--splits", "16x1,1x16",
-                   "--steps", 2, "--warmup", 1, "--seq-len", 1024, "--memory-limit", 2.6, "--runs-dir", runs)
+    proc = run_main("--export", "csv", "-o", tmp_path / "o.csv", "--effective-batch", 16, "--splits", "16x1,1x16",
+                    "--steps", 2, "--warmup", 1, "--seq-len", 512, "--memory-limit", 2.6, "--runs-dir", runs)
     assert proc.returncode == 0, proc.stderr
     rows = {r["split"]: r for r in read_csv(tmp_path / "o.csv")}
     assert rows["16x1"]["status"] == "oom" and "out of memory at micro-batch 16" in rows["16x1"]["message"]
@@ -99,28 +116,50 @@ def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(tmp_path):
     assert not any(_alive(p) for p in pids)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig, group, code", [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)])
-def test_interrupt_headless_mid_run(tmp_path, sig, group, code):
-    runs = tmp_path / "runs"
-    out = tmp_path / "out.csv"
-    steps = tmp_path / "steps.csv"
+def _interrupted_headless(folder: Path, sig: int, group: bool) -> dict:
+    """A headless sweep stopped by ``sig`` once its worker has measured three steps: sent to the
+    whole process group (as Ctrl-C in a terminal does), or to tracetui alone."""
+    runs, out, steps = folder / "runs", folder / "out.csv", folder / "steps.csv"
     proc = _start(["--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "4x1,1x4", "--steps", 300,
-                   "--warmup", 1, "--seq-len", 64, "--runs-dir", runs], tmp_path, new_session=True)
-    _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3)
-    if group:  # Ctrl-C in a terminal signals the whole foreground process group
-        os.killpg(proc.pid, sig)
-    else:
-        proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == code, err
+                   "--warmup", 1, "--seq-len", 64, "--runs-dir", runs], folder, new_session=True)
+    try:
+        _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3 or proc.poll() is not None)
+        if proc.poll() is None:  # (else it ended by itself: the test says how)
+            if group:  # Ctrl-C in a terminal signals the whole foreground process group
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return dict(code=proc.returncode, err=err, runs=runs, out=out, steps=steps)
+
+
+@pytest.fixture(scope="module")
+def interrupted_headless(tmp_path_factory):
+    """The two headless sweeps the test below interrupts, run side by side (each a real tracetui
+    with a real worker; nothing they check depends on how busy the machine is)."""
+    return side_by_side(tmp_path_factory, {
+        signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
+        signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
+    })
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_headless_mid_run(interrupted_headless, sig, code):
+    got = outcome(interrupted_headless, sig)
+    err, runs = got["err"], got["runs"]
+    assert got["code"] == code, err
     assert f"interrupted by {sig.name}" in err and "every measured step is in" in err
     ev = _events(runs)
     pids = [e["pid"] for e in ev if e["type"] == "run_started"]
     assert pids and not any(_alive(p) for p in pids)
     on_disk = [e for e in ev if e["type"] == "step"]
-    assert len(read_csv(steps)) == len(on_disk) >= 3
-    rows = read_csv(out)
+    assert len(read_csv(got["steps"])) == len(on_disk) >= 3
+    rows = read_csv(got["out"])
     assert rows[0]["status"] == "interrupted"
     assert [e["kind"] for e in ev if e["type"] == "run_failed"] == ["interrupted"]
 
@@ -209,26 +248,37 @@ def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
     """Piped or from cron, without --export: a one-line error, nothing started or left behind
     (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""
     runs = tmp_path / "runs"
-    for args in (["show", DATA], ["--steps", 4, "--warmup", 1, "--runs-dir", runs], ["watch", "--runs-dir", runs],
-                 ["sweep", "--runs-dir", runs, "--", sys.executable, "-c", "pass"]):
-        proc = run_cli(*args, timeout=60)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert proc.stderr.strip().splitlines() == [
-            "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
-            "add --export csv (or json) to run without it"]
+    commands = (["show", DATA], ["--steps", 4, "--warmup", 1, "--runs-dir", runs], ["watch", "--runs-dir", runs],
+                ["sweep", "--runs-dir", runs, "--", sys.executable, "-c", "pass"])
+    # the four at once (each is a real `python -m tracetui` whose stdout is a pipe), then each read
+    procs = [subprocess.Popen([sys.executable, "-m", "tracetui", *cli_args(args)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1")) for args in commands]
+    try:
+        for args, proc in zip(commands, procs):
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 2, (args, err)
+            assert err.strip().splitlines() == [
+                "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
+                "add --export csv (or json) to run without it"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert not (runs.exists() and any(runs.glob("*/*.log")))  # no worker ever started
 
 
 @pytest.mark.slow
 def test_output_full_disk_keeps_results_in_jsonl(tmp_path):
     runs = tmp_path / "runs"
-    proc = run_cli("--export", "csv", "-o", "/dev/full", "--splits", "2x2", "--steps", 3, "--warmup", 1,
-                   "--seq-len", 32, "--runs-dir", runs, cwd=tmp_path)
+    proc = run_main("--export", "csv", "-o", "/dev/full", "--splits", "2x2", "--steps", 3, "--warmup", 1,
+                    "--seq-len", 32, "--runs-dir", runs, cwd=tmp_path)
     assert proc.returncode == 1
     line = [l for l in proc.stderr.splitlines() if l.startswith("tracetui: error:")][0]
     assert "cannot write /dev/full (No space left on device)" in line and "tracetui show" in line
     again = tmp_path / "again.csv"
-    proc = run_cli("show", _log(runs), "--export", "csv", "-o", again)
+    proc = run_main("show", _log(runs), "--export", "csv", "-o", again)
     assert proc.returncode == 0 and read_csv(again)[0]["status"] == "ok"
 
 

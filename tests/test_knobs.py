@@ -12,7 +12,7 @@ from tracetui.config import ConfigError, SweepConfig, from_mapping, load_toml, v
 from tracetui.knobs import KNOBS, SHORT, result_changing, script_args
 from tracetui.trial import Trial
 
-from .conftest import read_csv, run_cli
+from .conftest import read_csv, run_main
 
 
 def test_a_trial_is_a_value_whose_label_is_never_parsed():
@@ -99,9 +99,10 @@ def test_vary_sweep_end_to_end(tmp_path):
     result-preserving trial, written as a TRL config file that TRL's own parser reads."""
     out = tmp_path / "r.csv"
     emitted = tmp_path / "best.yaml"
-    proc = run_cli("--export", "csv", "-o", out, "--splits", "2x1", "--effective-batch", 2, "--steps", 8,
-                   "--warmup", 1, "--vary", "attn_implementation=sdpa,eager", "--vary", "loss_type=nll,dft",
-                   "--vary", "liger=off,on", "--emit-config", emitted, "--runs-dir", tmp_path / "runs")
+    proc = run_main("--export", "csv", "-o", out, "--splits", "2x1", "--effective-batch", 2, "--steps", 8,
+                    "--warmup", 1, "--seq-len", 32, "--vary", "attn_implementation=sdpa,eager", "--vary",
+                    "loss_type=nll,dft", "--vary", "liger=off,on", "--emit-config", emitted,
+                    "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["trial"]: r for r in read_csv(out)}
     assert len(rows) == 8

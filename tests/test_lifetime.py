@@ -23,7 +23,7 @@ import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, read_csv, wait_until
+from .conftest import ROOT, outcome, read_csv, run_main, side_by_side, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,30 +61,65 @@ def _worker(runs: Path, steps: int = 1) -> int | None:
     return None
 
 
+def _second_sweep_on_the_same_output(folder: Path, start: str) -> dict:
+    """A sweep writing ``out.csv`` (trials started by ``start``), and a second one on the same
+    path started once the first has begun (its event log exists: its outputs are locked); what
+    the second said while the first's worker trained; then SIGKILL of the first, and whether its
+    worker went within 5 s."""
+    runs, out = folder / "runs", folder / "out.csv"
+    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], folder,
+                   TRACETUI_START=start)
+    got = dict(first=first, runs=runs, out=out, folder=folder)
+    wait_until(lambda: list(runs.glob("*/events.jsonl")) or first.poll() is not None, 180)
+    assert first.poll() is None, first.communicate()[1]
+    second = subprocess.Popen([sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(out), "--splits", "4x1",
+                               "--steps", "2", "--warmup", "1", "--runs-dir", str(folder / "runs2")],
+                              cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        wait_until(lambda: _worker(runs) is not None or first.poll() is not None, 180)
+        got["pid"] = _worker(runs)
+        assert got["pid"], first.communicate()[1]
+        _, got["err"] = second.communicate(timeout=120)
+        got["code"] = second.returncode
+        got["first_ran_on"] = first.poll() is None
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+        first.kill()
+        first.wait(30)
+    try:
+        wait_until(lambda: not _alive(got["pid"]), 5)  # the kernel's parent-death signal
+        got["worker_went"] = True
+    except AssertionError:
+        got["worker_went"] = False
+    return got
+
+
+@pytest.fixture(scope="module")
+def same_output_sweeps(tmp_path_factory):
+    """Both starts' pairs of sweeps, side by side: each a real tracetui with a real worker, and
+    nothing checked depends on how busy the machine is."""
+    return side_by_side(tmp_path_factory, {s: lambda d, s=s: _second_sweep_on_the_same_output(d, s)
+                                           for s in ("spawn", "forkserver")})
+
+
 @pytest.mark.parametrize("start", ["spawn", "forkserver"])
-def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(tmp_path, start):
+def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(same_output_sweeps, start):
     """A second sweep on the same -o is refused with one line while the first runs; SIGKILL of
     the first takes its worker along within seconds (it trained on for minutes) and its lock.
     A trial forked from the fork server goes too (the server exits once tracetui is gone, and
     the trial's parent-death signal follows)."""
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path,
-                   TRACETUI_START=start)
-    wait_until(lambda: _worker(runs) is not None or first.poll() is not None, 180)
-    pid = _worker(runs)
-    assert pid, first.communicate()[1]
-    second = subprocess.run([sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(out), "--splits", "4x1",
-                             "--steps", "2", "--warmup", "1", "--runs-dir", str(tmp_path / "runs2")],
-                            cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=120)
-    assert second.returncode == 2
-    assert second.stderr.splitlines() == [
+    got = outcome(same_output_sweeps, start)
+    first, out, folder = got["first"], got["out"], got["folder"]
+    assert got["first_ran_on"]  # still running when the second was refused
+    assert got["code"] == 2
+    assert got["err"].splitlines() == [
         f"tracetui: error: --output: {out} is being written by another tracetui sweep (pid {first.pid}), "
         "which is still running; wait for it to finish, or give another path"]
-    assert not (tmp_path / "runs2").exists() or not list((tmp_path / "runs2").glob("*/*.log"))
-
-    first.kill()
-    first.wait(30)
-    wait_until(lambda: not _alive(pid), 5)  # the kernel's parent-death signal
+    assert not (folder / "runs2").exists() or not list((folder / "runs2").glob("*/*.log"))
+    assert first.returncode == -signal.SIGKILL
+    assert got["worker_went"], "the worker outlived its killed sweep by more than 5 s"
     # the lock went with the process: the path is free again, though the lock file stayed
     from tracetui.session import lock_output, release_outputs
 
@@ -178,6 +213,9 @@ class Terminal:
         if self.pid == 0:  # the child: only exec
             try:
                 fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+                # nothing but its own terminal: another Terminal's end (pty.fork's are inheritable),
+                # held open here, would keep that terminal from ever hanging up
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
                 os.chdir(cwd)
                 os.execve(sys.executable, [sys.executable, "-m", "tracetui", *map(str, args)],
                           _env(TERM="xterm-256color"))
@@ -239,34 +277,56 @@ def _interrupted_sweep_on_disk(runs: Path, out: Path, worker: int) -> None:
     assert int(rows[0]["steps_measured"]) == sum(e["type"] == "step" for e in ev) - 1 >= 1
 
 
-def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(tmp_path):
-    """The terminal goes (stderr now fails with EIO) and SIGHUP reaches the whole job, workers
-    included: it used to exit 129 with no CSV and a worker training on."""
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    term = Terminal(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path)
-    wait_until(lambda: _worker(runs, 2) is not None, 180)
-    worker = _worker(runs)
-    term.hang_up()
-    assert term.wait(60) == 128 + signal.SIGHUP
-    _interrupted_sweep_on_disk(runs, out, worker)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path, sig):
-    """SIGTERM used to end the monitor at once: the worker trained on and the terminal stayed
-    in the alternate screen. A hang-up ended it with no CSV."""
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    term = Terminal(["-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], tmp_path)
-    wait_until(lambda: _worker(runs, 2) is not None, 180)
+def _stopped_by_a_signal(folder: Path, sig: int, monitor: bool) -> dict:
+    """A sweep (the monitor, or headless) in a terminal, stopped by ``sig`` once its worker has
+    measured two steps; SIGHUP comes as a hang-up (the terminal closed, then its job signalled)."""
+    runs, out = folder / "runs", folder / "out.csv"
+    args = ([] if monitor else ["--export", "csv"]) + ["-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs]
+    term = Terminal(args, folder)
+    try:
+        wait_until(lambda: _worker(runs, 2) is not None, 180)
+    except AssertionError:
+        os.killpg(term.pid, signal.SIGKILL)
+        term.wait(30)
+        raise AssertionError(f"no second step: {bytes(term.output[-2000:])}") from None
     worker = _worker(runs)
     if sig == signal.SIGHUP:
         term.hang_up()
     else:
         os.kill(term.pid, sig)
-    assert term.wait(60) == 128 + sig, bytes(term.output[-2000:])
-    _interrupted_sweep_on_disk(runs, out, worker)
+    code = term.wait(60)  # (kills it if it has not ended by then)
+    return dict(code=code, runs=runs, out=out, worker=worker, screen=bytes(term.output))
+
+
+@pytest.fixture(scope="module")
+def stopped_by_signals(tmp_path_factory):
+    """The three sweeps the tests below stop with a signal, run side by side: each is a real
+    tracetui in a real terminal with a real worker, none ever finishes on its own, and nothing
+    they check depends on how busy the machine is."""
+    return side_by_side(tmp_path_factory, {
+        "headless, SIGHUP": lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
+        "monitor, SIGTERM": lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
+        "monitor, SIGHUP": lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
+    })
+
+
+def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(stopped_by_signals):
+    """The terminal goes (stderr now fails with EIO) and SIGHUP reaches the whole job, workers
+    included: it used to exit 129 with no CSV and a worker training on."""
+    got = outcome(stopped_by_signals, "headless, SIGHUP")
+    assert got["code"] == 128 + signal.SIGHUP
+    _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(stopped_by_signals, sig):
+    """SIGTERM used to end the monitor at once: the worker trained on and the terminal stayed
+    in the alternate screen. A hang-up ended it with no CSV."""
+    got = outcome(stopped_by_signals, f"monitor, {signal.Signals(sig).name}")
+    assert got["code"] == 128 + sig, got["screen"][-2000:]
+    _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
     if sig == signal.SIGTERM:
-        screen = bytes(term.output)
+        screen = got["screen"]
         assert screen.rfind(b"\x1b[?1049h") < screen.rfind(b"\x1b[?1049l")  # left the alternate screen
         assert b"tracetui: interrupted by SIGTERM: finished splits: none" in screen
 
@@ -289,19 +349,40 @@ STALL = 15
 
 
 def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
+    """A worker stopped (SIGSTOP) after its second step: the sweep (run here in this process; the
+    worker is a real spawned trial) reports it ``stalled`` once the limit has passed, stops it,
+    and goes on to the next split."""
     runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
-                   "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs], tmp_path)
+    done, seen = threading.Event(), {}
+
+    def stop_a_worker():  # beside the sweep, as a debugger or a hung call would
+        try:
+            wait_until(lambda: _worker(runs, 2) is not None or done.is_set(), 180)
+            if done.is_set():
+                return
+            seen["pid"] = _worker(runs)
+            os.kill(seen["pid"], signal.SIGSTOP)
+            seen["t"] = time.time()
+            if not done.wait(180):  # the old code waited on it forever: end it, and fail below
+                seen["hung"] = True
+                os.kill(seen["pid"], signal.SIGKILL)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            seen["error"] = exc
+
+    stopper = threading.Thread(target=stop_a_worker, daemon=True)
+    stopper.start()
     try:
-        wait_until(lambda: _worker(runs, 2) is not None or proc.poll() is not None, 180)
-        worker = _worker(runs)
-        assert worker, proc.communicate()[1]
-        os.kill(worker, signal.SIGSTOP)
-        stopped_at = time.time()
-        _, err = proc.communicate(timeout=180)  # the old code waited on it forever
+        proc = run_main("--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
+                        "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs, cwd=tmp_path)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        done.set()
+        stopper.join(10)
+        if "pid" in seen and _alive(seen["pid"]):
+            os.kill(seen["pid"], signal.SIGKILL)
+    err = proc.stderr
+    assert "error" not in seen and "hung" not in seen, seen
+    assert "t" in seen, f"the first split finished before its worker could be stopped: {err}"
+    worker, stopped_at = seen["pid"], seen["t"]
     assert proc.returncode == 0, err
     ev = _events(runs)
     failed = [e for e in ev if e["type"] == "run_failed"]
@@ -322,23 +403,37 @@ def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
 def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
     """Ctrl-C, then Ctrl-C again every 50 ms until tracetui has gone: it used to print a
     KeyboardInterrupt traceback from finish_outputs, once in six tries, and write no CSV (four tries
-    here: each is a real sweep)."""
-    for n in range(4):
-        runs, out = tmp_path / f"runs{n}", tmp_path / f"out{n}.csv"
-        proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
-                       "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
-        # once the run's worker is up (its log exists): a Ctrl-C before that stops a sweep that has
-        # nothing to report as interrupted
-        wait_until(lambda: list(runs.glob("*/*.log")) or proc.poll() is not None, 60)
-        while proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
+    here: each is a real sweep, the four side by side)."""
+    tries = []
+    try:
+        for n in range(4):
+            runs, out = tmp_path / f"runs{n}", tmp_path / f"out{n}.csv"
+            proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
+                           "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
+            tries.append((runs, out, proc))
+        # each, once its run's worker is up (its log exists): a Ctrl-C before that stops a sweep that
+        # has nothing to report as interrupted; then again and again until it has gone
+        pressed = set()
+        t0 = time.monotonic()
+        while any(proc.poll() is None for _, _, proc in tries):
+            for n, (runs, _, proc) in enumerate(tries):
+                if proc.poll() is None and (n in pressed or list(runs.glob("*/*.log"))):
+                    pressed.add(n)
+                    os.killpg(proc.pid, signal.SIGINT)
+            assert time.monotonic() - t0 < 180, f"timed out; pressed in {sorted(pressed)}"
             time.sleep(0.05)  # the fault itself: a second Ctrl-C 50 ms later, and another ...
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, (n, err)
-        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
-        assert "tracetui: interrupted by SIGINT" in err, (n, err)
-        assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
-        assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
+        for n, (runs, out, proc) in enumerate(tries):
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 130, (n, err)
+            assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
+            assert "tracetui: interrupted by SIGINT" in err, (n, err)
+            assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
+            assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
+    finally:
+        for _, _, proc in tries:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 SLOW_TRL = textwrap.dedent("""

@@ -225,13 +225,10 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         check_writable(ns.steps_csv, "--steps-csv")
     if cfg.emit_config:
         check_writable(cfg.emit_config, "--emit-config")
-    if deep:
-        from .runner.preflight import validate_deep
-
-        validate_deep(cfg)
     if not getattr(ns, "dry_run", False):
-        # Last, once nothing else can refuse the run: held until the process ends. Only an
-        # explicit path can be shared: the default is the sweep's own (see default_output).
+        # Before the checks that take seconds (a second sweep on the same outputs is refused at
+        # once), and held until the process ends; let go if anything below refuses the run.
+        # Only an explicit path can be shared: the default is the sweep's own (see default_output).
         if not _held_locks:
             import atexit
 
@@ -239,12 +236,24 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         for path, flag in ((getattr(ns, "output", None), "--output"), (getattr(ns, "steps_csv", None), "--steps-csv")):
             if path:
                 lock_output(path, flag)
-        try:  # after the lock, so that a sweep still writing it is named as such
+    try:
+        # after the lock, so that a sweep still writing it is named as such
+        if not getattr(ns, "dry_run", False):
             check_new(getattr(ns, "output", None), "--output", getattr(ns, "force", False))
             check_new(getattr(ns, "steps_csv", None), "--steps-csv", getattr(ns, "force", False))
-        except ConfigError:
-            release_outputs()
-            raise
+        if deep:
+            from .runner.preflight import validate_deep
+
+            if not getattr(ns, "dry_run", False) and cfg.world_size == 1:
+                from .runner.lifetime import trial_context
+
+                # the fork server imports torch, transformers and TRL while the checks below
+                # import them here: side by side, not one after the other
+                trial_context()
+            validate_deep(cfg)
+    except ConfigError:
+        release_outputs()
+        raise
     return cfg, splits
 
 

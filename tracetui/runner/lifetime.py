@@ -1,12 +1,14 @@
 """How trial processes are started, and why none outlives tracetui.
 
-Each trial runs in a fresh process (an out-of-memory or a crash cannot poison the next): by
-default a fresh interpreter (``spawn``). ``TRACETUI_START=forkserver`` forks each trial from a
-*fork server* that imported torch, transformers, TRL and PEFT once (:func:`trial_context`): a
-trial then reaches its first step in about a second instead of 11-13 s on an H200 host. It is
-not the default: in the one H200 comparison (docs/results/h200_start) the forked trials' 1x4
-steps measured 15% slower than spawned ones at the same clocks on a quiet machine, and until
-that is explained the default is the start that leaves the measured steps as they were.
+Each trial runs in a process of its own (an out-of-memory or a crash cannot poison the next). On
+Linux it is forked from a *fork server* that imported torch, transformers, TRL and PEFT once
+(:func:`trial_context`): a trial reaches its first step about a second after it is asked for,
+against 13-18 s for a fresh interpreter on an H200 host. The server never initialises CUDA
+(each trial does its own), and its imported objects are frozen out of the collector's reach
+(:mod:`tracetui.runner.gcfreeze`). In docs/results/h200_start_3 (both ways in one call, in an
+order that cancels the host's drift) forked trials stepped as fast as fresh interpreters or
+faster. ``TRACETUI_START=spawn`` starts every trial as a fresh interpreter instead (the only
+way elsewhere than Linux).
 """
 
 from __future__ import annotations
@@ -144,11 +146,17 @@ def launch(start: Callable):
 
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
 PRELOAD = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
-           "trl.trainer.sft_trainer", "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback"]
-#: ``spawn`` (a fresh interpreter per trial, the default) or ``forkserver`` (Linux)
+           "trl.trainer.sft_trainer", "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
+           "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)
+#: ``forkserver`` (the default on Linux) or ``spawn`` (a fresh interpreter per trial)
 START_ENV = "TRACETUI_START"
 #: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def forking() -> bool:
+    """Whether trials are forked from the fork server (see the module's note)."""
+    return os.environ.get(START_ENV, "forkserver") == "forkserver" and sys.platform.startswith("linux")
 
 
 def trial_context():
@@ -156,8 +164,8 @@ def trial_context():
     imported, started now (from the main thread, with the terminal's signals ignored, which
     the server and every trial forked from it inherit: the sweep alone decides what a Ctrl-C
     or a hang-up stops, and tells each trial with SIGTERM). ``spawn`` where there is no fork
-    server (not Linux) or ``TRACETUI_START=spawn``."""
-    if os.environ.get(START_ENV, "spawn") != "forkserver" or not sys.platform.startswith("linux"):
+    server (not Linux) or ``TRACETUI_START=spawn``. Called again, it returns the running server."""
+    if not forking():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
@@ -197,7 +205,7 @@ def release_server() -> None:
     leave the server, and so the trial (whose parent-death signal waits for the server), alive."""
     from multiprocessing import forkserver
 
-    if os.environ.get(START_ENV) == "forkserver" and os.environ.get(NVML_CHECK) == "1" \
+    if forking() and os.environ.get(NVML_CHECK) == "1" \
             and not os.environ.get("TRACETUI_USER_NVML_CHECK"):
         os.environ.pop(NVML_CHECK)  # the server's setting, not the user's: the usual check again
     server = forkserver._forkserver  # noqa: SLF001 - no public way to drop it

@@ -811,7 +811,8 @@ def _add_quiet(row: dict, runs: list[RunData]) -> None:
         picture.update(gpu_picture(_window_gpu(r, r.measured())))
         why = judge(picture)
         if why:
-            busy.append(f"{r.run_id.rsplit('/', 1)[-1]}: {why}")
+            tail = r.run_id.rsplit("/", 1)[-1]
+            busy.append(f"{r.trial.label(SHORT, tail.rsplit('#', 1)[-1] if '#' in tail else '')}: {why}")
         if isinstance(picture.get("other_cpu_cores"), (int, float)):
             others.append(picture["other_cpu_cores"])
     row["other_cpu_cores"] = max(others) if others else None

@@ -51,11 +51,13 @@ class Trial:
     def settings_dict(self) -> dict[str, Value]:
         return dict(self.settings)
 
-    def label(self, short: Mapping[str, str] | None = None) -> str:
-        """The one way a trial is written for people: ``4x1``, ``4x1 attn=eager ckpt=on``.
-        ``short``: shorter names for settings (the knob registry's)."""
+    def label(self, short: Mapping[str, str] | None = None, repeat: str = "") -> str:
+        """The one way a trial is written for people: ``4x1``, ``4x1 attn=eager ckpt=on``;
+        one of its runs: ``4x1#2 attn=eager`` (``repeat``). ``short``: shorter names for
+        settings (the knob registry's)."""
         short = short or {}
-        parts = [self.split] + [f"{short.get(k, k)}={format_value(v)}" for k, v in self.settings]
+        head = f"{self.split}#{repeat}" if repeat else self.split
+        parts = [head] + [f"{short.get(k, k)}={format_value(v)}" for k, v in self.settings]
         return " ".join(parts)
 
     def slug(self, short: Mapping[str, str] | None = None) -> str:

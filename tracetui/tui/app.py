@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from textual import on, work
+from rich.text import Text
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -24,11 +25,11 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ..analysis import Results, summarise
 from ..probe.settings import describe
-from ..trial import format_value as fmt_value
+from ..trial import Trial, format_value as fmt_value
 from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
-from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, PhaseChart, RunList,
-                      Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, phase_legend, row_of,
-                      run_name)
+from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
+                      Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
+                      phase_legend, row_of, run_name)
 
 REFRESH_HZ = 4.0
 #: the statistics are recomputed at most this often (and at most every 4x their own cost)
@@ -67,24 +68,42 @@ class CpuMeter:
 
 
 class HelpScreen(ModalScreen):
-    """The keys, built from the app's bindings, and what the bound labels mean."""
+    """What the main screen shows cut for want of room, whole (``whole``: the answer, the
+    failures, every notice); then the keys, built from the app's bindings, and what the bound
+    labels mean."""
 
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
+    def __init__(self, whole: Text) -> None:
+        super().__init__()
+        self.whole = whole
+
     def compose(self) -> ComposeResult:
-        lines = ["[b]tracetui keys[/b]", ""]
+        text = Text()
+        text.append_text(self.whole)
+        text.append("\n\nKeys\n", style="bold")
         for b in self.app.BINDINGS:
-            if isinstance(b, Binding) and b.show:
-                lines.append(f"  [b]{b.key_display or b.key:>6}[/b]  {b.description}")
-        lines += ["  [b]ctrl+p[/b]  command palette", "",
-                  "Arrows move the run list cursor: the detail pane and the timeline show that trial.",
-                  "Tabs: detail, timeline, phases, step time, throughput, GPU.", "",
-                  "[b]What bounds a trial[/b] (the bound column)"]
+            if isinstance(b, Binding):
+                text.append(f"  {b.key_display or b.key:>6}", style="bold")
+                text.append(f"  {b.tooltip or b.description}\n")
+        text.append("  ctrl+p", style="bold")
+        text.append("  command palette (themes)\n\n"
+                    "Arrows move the run list's cursor: the detail pane and the timeline show that trial. "
+                    "Tab moves between the run list, the tabs, the pane under them (arrows scroll it) and "
+                    "the table.\n"
+                    "Tabs: Detail, Timeline, Phases, Steps (step time), Tok/s (throughput), GPU, Memory.\n\n")
+        text.append("What bounds a trial", style="bold")
+        text.append(" (the bound column)\n")
         for name, words in BOUNDS.items():
-            lines.append(f"  [b]{name}[/b]: {words}")
-        lines += ["", "escape closes this screen"]
+            text.append(f"  {name}", style="bold")
+            text.append(f": {words}\n")
+        text.append("\nescape closes this screen", style="dim")
         with VerticalScroll(id="help"):
-            yield Static("\n".join(lines))
+            yield Static(text)
+
+
+#: the width (columns) below which the monitor packs for a narrow terminal
+NARROW_BELOW = 100
 
 
 class TraceApp(App):
@@ -92,22 +111,26 @@ class TraceApp(App):
 
     TITLE = "tracetui"
     CSS_PATH = "tracetui.tcss"
-    #: below 100 columns the run list narrows and the charts give way to the table
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    #: below 100 columns the run list narrows, the tabs and the footer pack closer, and the
+    #: charts give way to the table
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
+    #: one word each in the footer, so that every key shows at 80 columns; the tooltip is what
+    #: the help screen says
     BINDINGS = [
-        Binding("q", "quit_app", "Quit", id="quit"),
-        Binding("e", "export", "Export CSV", id="export"),
-        Binding("s", "screenshot", "Screenshot", id="screenshot"),
-        Binding("r", "rerun", "Run again", id="rerun"),
-        Binding("c", "compare", "Compare", id="compare"),
-        Binding("t", "timeline", "Timeline", id="timeline"),
-        Binding("f", "filter", "Filter", id="filter"),
-        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+        Binding("q", "quit_app", "quit", tooltip="quit (stops the workers; what was measured is written)", id="quit"),
+        Binding("e", "export", "export", tooltip="export the summary CSV now", id="export"),
+        Binding("s", "screenshot", "svg", tooltip="save an SVG screenshot", id="screenshot"),
+        Binding("r", "rerun", "rerun", tooltip="run the selected split again", id="rerun"),
+        Binding("c", "compare", "compare", tooltip="keep the selected trial stacked on the timeline", id="compare"),
+        Binding("t", "timeline", "timeline", tooltip="the timeline of one median step", id="timeline"),
+        Binding("f", "filter", "filter", tooltip="filter the table to one value of a varied setting", id="filter"),
+        Binding("question_mark", "help", "help", key_display="?",
+                tooltip="this screen (the answer, the failures and the notices whole)", id="help"),
     ]
 
     def __init__(self, source: Source, out_path: str = "tracetui_results.csv", screenshot_dir: str = ".",
-                 planned: list[tuple[str, str]] | None = None, subtitle: str = "", note: str = "",
+                 planned: list[tuple[str, Trial]] | None = None, subtitle: str = "", note: str = "",
                  project_steps: int | None = None, force: bool = False, idle: str = ""):
         super().__init__()
         self.source = source
@@ -153,17 +176,20 @@ class TraceApp(App):
             with Vertical(id="left"):
                 yield RunList(id="runs")
                 yield GpuStatus(id="gpu-status")
+            # labels short enough that every tab shows at 80 columns
             with TabbedContent(id="charts"):
                 with TabPane("Detail", id="tab-detail"):
-                    yield DetailPane(id="detail")
+                    with VerticalScroll(classes="pane"):
+                        yield DetailPane(id="detail")
                 with TabPane("Timeline", id="tab-timeline"):
-                    yield Timeline(id="timeline")
+                    with VerticalScroll(classes="pane"):
+                        yield Timeline(id="timeline")
                 with TabPane("Phases", id="tab-phases"):
                     yield Static(phase_legend(), id="legend")
                     yield PhaseChart(id="phases")
-                with TabPane("Step time", id="tab-steps"):
+                with TabPane("Steps", id="tab-steps"):
                     yield StepChart(id="steps")
-                with TabPane("Throughput", id="tab-throughput"):
+                with TabPane("Tok/s", id="tab-throughput"):
                     yield ThroughputChart(id="throughput")
                 with TabPane("GPU", id="tab-gpu"):
                     yield GpuChart(id="gpu")
@@ -183,6 +209,10 @@ class TraceApp(App):
         self.set_interval(1.0 / REFRESH_HZ, self._tick)
         if self.note:
             self.say(self.note, "warning")
+
+    def on_resize(self, event: events.Resize) -> None:
+        # the compact footer holds every key in 80 columns
+        self.query_one(Footer).compact = event.size.width < NARROW_BELOW
 
     def say(self, message: str, severity: str = "information") -> None:
         """A notice on the status line (never a toast over the table)."""
@@ -272,8 +302,6 @@ class TraceApp(App):
         return runs[-1] if runs else None
 
     def _label_of(self, run) -> str:
-        from .widgets import multi_machine
-
         return run_name(run.run_id, run, multi_machine(self.results)) if run is not None else ""
 
     def _lanes(self, run) -> list[Lane]:
@@ -342,7 +370,8 @@ class TraceApp(App):
         path = self.out_path
         if (path != "-" and path not in self._wrote and not self.force and os.path.isfile(path)
                 and os.path.getsize(path) > 0):
-            return (f"{path} already exists and was not written by this sweep: not replaced "
+            # the outcome first: on the status line at 80 columns a long path leaves room for little
+            return (f"not replaced: {path} already exists and was not written by this sweep "
                     f"(start with -o OTHER.csv, or --force); events stay in {self.source.describe()}")
         try:
             write_text(path, summary_csv(summarise(self.results, self.project_steps)))
@@ -364,7 +393,23 @@ class TraceApp(App):
         self.say(f"saved {path}")
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.in_full()))
+
+    def in_full(self) -> Text:
+        """The answer, the failures and every notice, whole: the main screen cuts them to the
+        lines it has room for."""
+        text = Text()
+        text.append("The answer\n", style="bold")
+        text.append_text(self.query_one(Verdict).full)
+        failures = self.query_one(Failures)
+        if failures.display:
+            text.append("\n\n")
+            text.append_text(failures.full)
+        if self.notices:
+            text.append("\n\nNotices, oldest first", style="bold")
+            for severity, message in self.notices:
+                text.append("\n" + message, style=NOTICE_STYLE.get(severity, ""))
+        return text
 
     #: the table's filter: one varied setting's value, or None for every trial
     setting_filter: tuple[str, object] | None = None
@@ -442,8 +487,8 @@ class TraceApp(App):
         except Exception:  # noqa: BLE001 - empty table
             self.say("no run selected", "warning")
             return
-        label = (self.results.runs.get(row_key).label if row_key in self.results.runs
-                 else dict(self.planned).get(row_key, ""))
+        label = run_name(row_key, self.results.runs.get(row_key), multi_machine(self.results),
+                         dict(self.planned).get(row_key))
         if not self.source.rerun(row_key):
             self.say("that run cannot be run again", "warning")
             return
@@ -591,7 +636,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         from ..session import output_format, default_output
 
         out = ns.output or default_output(sweep.log.path, output_format(ns))
-        planned = [(s.run_id, s.label) for s in (sweep.planned() or [])]
+        planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
         cmd = getattr(sweep, "cmd", None)
         # a script's own settings come with its runs (run_started, run_settings), not tracetui's
         subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd

@@ -11,6 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
@@ -18,7 +19,9 @@ from textual_plotext import PlotextPlot
 
 from ..analysis import PROBE_WHY, Results, RunData, median, recommendation, scope_note, verdict
 from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
+from ..knobs import SHORT
 from ..phases import PHASES
+from ..trial import Trial, format_value
 
 FAILED = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
 LIVE = ("queued", "warming up", "running")
@@ -113,33 +116,71 @@ def failures(results: Results) -> list[tuple[str, RunData]]:
     return [(run_name(rid, run, multi), run) for rid, run in results.runs.items() if run.status in FAILED]
 
 
-def compact(label: str) -> str:
-    """A trial's label for a narrow column: on/off settings as ``+name``/``-name``
-    (``16x1 -ckpt +liger``), others as they are."""
-    parts = label.split(" ")
-    out = [parts[0]]
-    for p in parts[1:]:
-        name, _, value = p.partition("=")
-        out.append(f"+{name}" if value == "on" else f"-{name}" if value == "off" else p)
-    return " ".join(out)
+def run_trial(run: RunData | None) -> Trial | None:
+    """The trial a run measured, from its start event's fields (None before it started)."""
+    return run.trial if run is not None and "micro_batch" in run.started else None
 
 
-def run_name(rid: str, run: RunData | None, multi: bool, label: str = "") -> str:
-    """A run's label in the run list: its trial, which repeat, which GPU, which machine."""
-    if run is not None and run.started:
-        label = run.started.get("trial") or run.label
-    elif not label:
-        label = "starting"  # nothing says which split yet (never the run id's host-pid-time)
-    label = compact(label)
+@dataclass(frozen=True)
+class RunLabel:
+    """How the monitor names a run: its trial as the table writes it, with the run's own marks
+    beside the split (``H200 16x1#2@1 ckpt=off liger=on``: machine, repeat, GPU)."""
+
+    #: the machine (replays of several), the split, which repeat, which GPU
+    head: str
+    trial: Trial | None = None
+
+    def text(self) -> str:
+        # a trial's label is its split followed by its settings (Trial.label)
+        return self.head + (self.trial.label(SHORT)[len(self.trial.split):] if self.trial else "")
+
+
+def run_label(rid: str, run: RunData | None, multi: bool, planned: Trial | None = None) -> RunLabel:
+    """A run's label (``planned``: the trial of a run not started yet)."""
+    trial = run_trial(run) or planned
+    if trial is not None:
+        head = trial.split
+    else:  # nothing says which split yet (never the run id's host-pid-time)
+        head = run.label if run is not None and run.started else "starting"
     tail = rid.rsplit("/", 1)[-1]
     if "#" in tail:  # a repeat: which one
-        label = f"{label}#{tail.rsplit('#', 1)[-1]}"
+        head += f"#{tail.rsplit('#', 1)[-1]}"
     gpu = run.started.get("gpu") if run is not None else None
     if gpu is not None:
-        label = f"{label}@{gpu}"
+        head += f"@{gpu}"
     if multi and run is not None and run.started:
-        label = f"{short_machine(run.machine)} {label}"
-    return label
+        head = f"{short_machine(run.machine)} {head}"
+    return RunLabel(head, trial)
+
+
+def run_name(rid: str, run: RunData | None, multi: bool, planned: Trial | None = None) -> str:
+    """A run's label wherever the monitor names one: the detail pane, the timeline, the
+    failures, the charts' titles."""
+    return run_label(rid, run, multi, planned).text()
+
+
+#: a setting a trial was not run with (a replay of sweeps that varied different settings)
+_NOT_SET = object()
+
+
+def fit_run_labels(labels: list[RunLabel], width: int) -> tuple[str, list[str]]:
+    """The run list's trial column in ``width`` cells: its header and each run's label. Whole
+    labels where they all fit; else each varied setting's value in a column of its own under
+    its name (``16x1#2 off  on`` under ``trial  ckpt liger``): as short as the values, and no
+    two trials alike (cutting whole labels made ``16x1 +c`` of two different trials)."""
+    whole = [label.text() for label in labels]
+    keys = sorted({k for label in labels if label.trial for k, _ in label.trial.settings})
+    if not keys or max(map(len, whole), default=0) <= width:
+        return "trial", whole
+    columns = [("trial", [label.head for label in labels])]
+    for key in keys:
+        values = [label.trial.setting(key, _NOT_SET) if label.trial else _NOT_SET for label in labels]
+        columns.append((SHORT.get(key, key), ["-" if v is _NOT_SET else format_value(v) for v in values]))
+    widths = [max(len(head), *map(len, values)) for head, values in columns]
+    header = " ".join(head.ljust(w) for (head, _), w in zip(columns, widths)).rstrip()
+    rows = [" ".join(values[i].ljust(w) for (_, values), w in zip(columns, widths)).rstrip()
+            for i in range(len(labels))]
+    return header, rows
 
 
 def fmt_secs(s: float) -> str:
@@ -170,7 +211,57 @@ class Stage:
     seen: float
 
 
-class Verdict(Static):
+#: how a panel cut to its lines says where to read the rest
+MORE = " … (? shows it whole)"
+
+
+def clip_lines(text: Text, console, width: int, limit: int, more: str = MORE) -> Text:
+    """``text`` wrapped to ``width`` cells in at most ``limit`` lines; when it needs more, the
+    last line kept ends with ``more``."""
+    lines = text.wrap(console, max(1, width))
+    if len(lines) <= limit:
+        return Text("\n").join(lines)
+    kept = lines[:max(1, limit)]
+    last = kept[-1]
+    last.rstrip()
+    last.truncate(max(0, width - cell_len(more)))
+    last.append(more, style="dim")
+    return Text("\n").join(kept)
+
+
+class Clipped(Widget):
+    """Text shown whole when it fits the lines the stylesheet gives the panel (its
+    ``max-height``, else its ``height``), else as many lines as fit, the last saying where the
+    rest is (:data:`MORE`): the answer, the failures and the notices are never cut silently.
+    :attr:`full` is the whole text, for the help screen."""
+
+    DEFAULT_CSS = "Clipped { height: auto; }"
+
+    def __init__(self, text: str | Text = "", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.full = Text(text) if isinstance(text, str) else text
+
+    def show(self, text: Text) -> None:
+        self.full = text
+        self.refresh(layout=True)
+
+    def line_limit(self) -> int:
+        for scalar in (self.styles.max_height, self.styles.height):
+            if scalar is not None and scalar.is_cells:
+                return max(1, int(scalar.value) - self.styles.gutter.height)
+        return 1_000
+
+    def fitted(self, width: int) -> Text:
+        return clip_lines(self.full, self.app.console, width, self.line_limit())
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.fitted(width).split())
+
+    def render(self) -> Text:
+        return self.fitted(self.size.width)
+
+
+class Verdict(Clipped):
     """The answer, always on screen: the verdict, the recommendation, or why there is none."""
 
     def update_from(self, rows: list[dict], fallback: str, results: Results | None = None,
@@ -200,15 +291,43 @@ class Verdict(Static):
             text.append(fallback, style="dim")
             if failed:
                 text.append(f"\n{len(failed)} run(s) failed so far: see the failures panel", style="red")
-        self.update(text)
+        self.show(text)
+
+
+def run_state(run: RunData | None, stage: Stage | None, live: bool, now: float) -> Text:
+    """What the run list says of a run, in its status's colour: its progress while it steps
+    (``5/20 1m``: steps done of all, time left), what it is doing before its first step
+    (``building the model 41s``), why it failed (``oom: out of memory ...``), else its status
+    (``queued``, ``ok 20/20``)."""
+    status = run.status if run is not None else "queued"
+    style = STATUS_STYLE.get(status, "")
+    if run is not None and status in FAILED:
+        return Text(f"{status}: {run.message or 'no reason given'}", style="red")
+    if run is not None and run.steps:
+        done, left = run_progress(run, None)
+        return Text(f"ok {done}" if status == "ok" else f"{done} {left}", style=style)
+    if stage is not None and status in ("queued", "warming up"):
+        secs = stage.elapsed_s + (now - stage.seen if live else 0.0)
+        return Text(f"{stage.stage} {fmt_secs(secs)}", style="yellow")
+    if run is not None and status == "warming up" and live:
+        return Text(f"to step 1 {fmt_secs(max(0.0, time.time() - run.started.get('t', time.time())))}",
+                    style=style)
+    return Text(status, style=style)
+
+
+#: the run list's status column is never narrower than this (``5/20 1m``)
+MIN_STATUS = 7
 
 
 class RunList(DataTable):
-    """Every run with its status and progress (or, before its first step, what it is doing; after
-    a failure, why); the cursor picks the trial the detail pane and the timeline show."""
+    """Every run: its trial, and its status folded with its progress (:func:`run_state`); two
+    columns, so that at 80 columns the trial keeps the room that tells trials apart. The cursor
+    picks the trial the detail pane and the timeline show."""
 
     #: set once the user moves the cursor; until then the panes follow the running split
     user_moved = False
+    #: per run shown: (run id, its label, its status cell)
+    entries: list[tuple[str, RunLabel, Text]] = []
 
     def action_cursor_up(self) -> None:
         self.user_moved = True
@@ -222,74 +341,51 @@ class RunList(DataTable):
         self.cursor_type = "row"
         self.zebra_stripes = False
         self.add_column("trial", key="split", width=10)
-        self.add_column("status", key="status", width=10)
-        self.add_column("progress", key="step", width=14)
-
-    names: list[str] = []
+        self.add_column("status", key="status", width=14)
 
     def on_resize(self) -> None:
-        self._fit(self.names)
+        self._draw()
 
-    def _fit(self, names: list[str]) -> None:
-        """The label column as wide as the longest label (machine names), the status column as
-        its longest word, the progress (or the stage, or why it failed) the rest."""
-        self.names = names
-        inner = (self.size.width or 30) - 7  # cell padding, and a cell for the scrollbar
-        status = 10
-        # the whole label where it fits beside the status and a short progress (a trial's varied
-        # settings are what tells its rows apart)
-        label = max(5, min(max([5] + [len(n) for n in names]), max(inner // 3, inner - status - 8)))
-        widths = {"split": label, "status": status, "step": max(6, inner - label - status)}
-        changed = False
+    def _draw(self) -> None:
+        """The cells for the width the list has: the trial column as wide as its labels
+        (shortened as :func:`fit_run_labels` does where they would leave the status less than
+        :data:`MIN_STATUS`), the status the rest."""
+        inner = (self.size.width or 30) - 4 - self.styles.scrollbar_size_vertical  # cell padding
+        room = max(5, inner - MIN_STATUS)
+        header, names = fit_run_labels([label for _, label, _ in self.entries], room)
+        label = min(room, max([len(header)] + [len(n) for n in names]))
+        widths = {"split": label, "status": max(MIN_STATUS, inner - label)}
         for key, w in widths.items():
             col = self.columns.get(key)  # type: ignore[arg-type]
             if col is not None and (col.width != w or col.auto_width):
                 col.width, col.auto_width = w, False
-                changed = True
-        if changed:
+                self._require_update_dimensions = True
+        trial_col = self.columns.get("split")  # type: ignore[arg-type]
+        if trial_col is not None and trial_col.label.plain != header:
+            trial_col.label = Text(header)
             self._require_update_dimensions = True
-            self.refresh()
+        for (rid, _, state), name in zip(self.entries, names):
+            if rid in self.rows:
+                self.update_cell(rid, "split", name)
+                self.update_cell(rid, "status", state)
+            else:
+                self.add_row(name, state, key=rid)
+        self.refresh()
 
-    def update_from(self, results: Results, planned: list[tuple[str, str]],
+    def update_from(self, results: Results, planned: list[tuple[str, Trial]],
                     stages: dict[str, Stage] | None = None, live: bool = False) -> None:
-        """``planned``: (run_id, label) of runs not started yet, shown as queued."""
+        """``planned``: (run_id, trial) of runs not started yet, shown as queued."""
         stages = stages or {}
         multi = multi_machine(results)
-        rows = [(rid, run, "") for rid, run in results.runs.items()
+        rows = [(rid, run) for rid, run in results.runs.items()
                 if run.started or run.status != "queued" or rid in stages]
-        known = {r[0] for r in rows}
-        plan_label = dict(planned)
-        rows += [(rid, None, label) for rid, label in planned if rid not in known]
-        names = []
+        known = {rid for rid, _ in rows}
+        plan = dict(planned)
+        rows += [(rid, None) for rid, _ in planned if rid not in known]
         now = time.monotonic()
-        for rid, run, label in rows:
-            name = run_name(rid, run, multi, label or plan_label.get(rid, ""))
-            names.append(name)
-            status = run.status if run else "queued"
-            stage = stages.get(rid)
-            if run is not None and run.status in FAILED:
-                prog = run.message or "no reason given"
-            elif run is not None and run.steps:
-                done, left = run_progress(run, None)
-                prog = f"{done} {left}" if left not in ("-", "", "done") else done
-            elif stage is not None and status in ("queued", "warming up"):
-                status = "starting" if status == "queued" else status
-                secs = stage.elapsed_s + (now - stage.seen if live else 0.0)
-                prog = f"{stage.stage} {fmt_secs(secs)}"
-            elif run is not None and run.status == "warming up" and live:
-                prog = f"to step 1 {fmt_secs(max(0.0, time.time() - run.started.get('t', time.time())))}"
-            elif run is not None and run.status == "ok":
-                prog = "done"
-            else:
-                prog = "-"
-            cells = (name, Text(status, style=STATUS_STYLE.get(status, "yellow" if status == "starting" else "")),
-                     Text(prog, style="red" if run is not None and run.status in FAILED else ""))
-            if rid in self.rows:
-                for col, val in zip(("split", "status", "step"), cells):
-                    self.update_cell(rid, col, val)
-            else:
-                self.add_row(*cells, key=rid)
-        self._fit(names)
+        self.entries = [(rid, run_label(rid, run, multi, plan.get(rid)), run_state(run, stages.get(rid), live, now))
+                        for rid, run in rows]
+        self._draw()
 
 
 class Chart(PlotextPlot):
@@ -591,29 +687,37 @@ class SummaryTable(DataTable):
 
 
 # ---- the failures panel, the status line ---------------------------------------------------------
-class Failures(Static):
-    """Every failed run and why, whole; hidden while nothing failed."""
+class Failures(Clipped):
+    """Every failed run and why, runs that failed the same way on one line (three trials
+    unavailable for want of a GPU take one line, not three); hidden while nothing failed."""
 
     def update_from(self, results: Results) -> None:
         failed = failures(results)
         self.display = bool(failed)
         if not failed:
             return
+        same: dict[tuple[str, str], list[str]] = {}
+        for label, run in failed:
+            same.setdefault((run.status, run.message or "no reason given"), []).append(label)
         text = Text(f"failed ({len(failed)}): ", style="bold red")
-        for i, (label, run) in enumerate(failed):
+        for i, ((status, why), labels) in enumerate(same.items()):
             if i:
                 text.append("\n")
-            text.append(f"{label}: ", style="bold")
-            text.append(f"{run.status}: {run.message or 'no reason given'}")
-        self.update(text)
+            text.append(f"{', '.join(labels)}: ", style="bold")
+            text.append(f"{status}: {why}")
+        self.show(text)
 
 
-class StatusLine(Static):
-    """Notices (warnings, what a key did): one line above the keys, never over the table."""
+#: how a notice of each severity is written
+NOTICE_STYLE = {"warning": "yellow", "error": "bold red"}
+
+
+class StatusLine(Clipped):
+    """Notices (warnings, what a key did): one line above the keys, never over the table; a
+    notice longer than the line is read whole on the help screen (the app keeps them all)."""
 
     def say(self, message: str, severity: str = "information") -> None:
-        style = {"warning": "yellow", "error": "bold red"}.get(severity, "")
-        self.update(Text(message, style=style, no_wrap=True, overflow="ellipsis"))
+        self.show(Text(message, style=NOTICE_STYLE.get(severity, "")))
 
 
 # ---- the detail pane and the timeline --------------------------------------------------------------
@@ -708,12 +812,17 @@ def loss_curve(run: RunData) -> list[float]:
 
 
 class Pane(Widget):
-    """A text panel drawn for the width it has."""
+    """A text panel drawn for the width it has, as tall as its text: the app puts it in a
+    scrolling container, so what the screen cannot hold (at 80x24, most of the detail) scrolls
+    into view."""
 
-    DEFAULT_CSS = "Pane { height: 1fr; }"
+    DEFAULT_CSS = "Pane { height: auto; }"
 
     def content(self, width: int) -> Text:  # pragma: no cover - overridden
         return Text()
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.content(max(20, width)).wrap(self.app.console, max(1, width)))
 
     def render(self) -> Text:
         return self.content(max(20, self.size.width))
@@ -735,9 +844,10 @@ def _comm_words(row: dict) -> Text:
 
 
 class DetailPane(Pane):
-    """The selected trial, without scrolling: its step and speedup, the phase breakdown, the bound
-    with its evidence in words, memory against the card, the settings as really run, the loss
-    curve beside the others', and why it failed."""
+    """The selected trial: its step and speedup and why it failed, then the bound with its
+    evidence in words (the why, near the top), the phase breakdown, memory against the card, the
+    settings as really run, the loss curve beside the others' (on a small screen these scroll
+    into view)."""
 
     row: dict | None = None
     run: RunData | None = None
@@ -822,9 +932,6 @@ class DetailPane(Pane):
             text.append("\nran with: " + describe(settings), style="dim")
             if settings.get("max_length"):
                 text.append(f" · max_length {settings['max_length']}", style="dim")
-        varied = (row or {}).get("varied") or (run_varied(run) if run is not None else {})
-        if varied:
-            text.append("\nvaried: " + ", ".join(f"{k}={v}" for k, v in varied.items()), style="dim")
         if row is not None:
             curves = []
             for other in group_of(row, self.rows):

@@ -1,0 +1,224 @@
+"""The monitor at 80x24 and 120x36 on sweeps over settings (``--vary``), from a new user's
+walkthrough in tmux: the answer and the status line stay on the screen, every run is told apart
+in the run list, every key and tab shows, the detail pane scrolls, nothing long is cut without
+saying where to read it whole, and a trial is written one way everywhere. Driven with
+``App.run_test()`` on real event logs: a CPU sweep over Liger here (``liger=on`` unavailable
+without a GPU, two runs per trial), and the H200 sweeps over checkpointing x Liger and DDP x FSDP."""
+
+import re
+from pathlib import Path
+
+import pytest
+from textual.containers import VerticalScroll
+from textual.widgets import Tab
+
+from tracetui.analysis import recommendation
+from tracetui.tui.app import HelpScreen, TraceApp
+from tracetui.tui.sources import ReplaySource
+from tracetui.tui.widgets import (MORE, DetailPane, Failures, RunLabel, RunList, StatusLine, SummaryTable, Timeline,
+                                  Verdict, fit_run_labels)
+from tracetui.trial import Trial
+
+from .test_monitor_layout import ROOT, SIZES, drive, load, screen_text
+
+#: a real CPU sweep: --splits 1x4,2x2,4x1 --vary liger=off,on --repeats 2 (6 runs unavailable)
+LIGER = ROOT / "tests" / "data" / "cpu_vary_liger.jsonl"
+KNOBS = ROOT / "docs" / "results" / "h200_knobs" / "knobs2_events.jsonl.gz"  # 8x2, 16x1 x ckpt x liger
+FSDP = ROOT / "docs" / "results" / "h200x2_fsdp" / "fsdp_events.jsonl.gz"  # 4 splits x ddp, fsdp
+VARIED = [LIGER, KNOBS, FSDP]
+
+
+class Live(ReplaySource):
+    """A replay the app takes for a sweep running on this machine."""
+
+    live = True
+
+
+def monitor(path: Path, tmp_path: Path, live: bool = False) -> TraceApp:
+    """The monitor on the log at ``path``; a live one writes its summary on quitting, in ``tmp_path``."""
+    return TraceApp((Live if live else ReplaySource)(load(path)), out_path=str(tmp_path / "summary.csv"))
+
+
+def run_names(app) -> list[str]:
+    runs = app.query_one(RunList)
+    return [str(runs.get_cell_at((i, 0))) for i in range(runs.row_count)]
+
+
+# ---- 1. the answer and the status line stay on the screen ------------------------------------------
+@pytest.mark.parametrize("size", SIZES + [(80, 22)])  # 80x22: a tmux window of 80x24 less its status bar
+@pytest.mark.parametrize("path", VARIED, ids=lambda p: p.name.split(".")[0])
+def test_the_answer_and_the_status_line_stay_on_the_screen(path, size, tmp_path):
+    app = monitor(path, tmp_path, live=True)  # live: the CPU warning is on the status line
+
+    async def steps(pilot):
+        return {name: app.query_one(name).region for name in ("#verdict", "#main", "#failures", "#summary",
+                                                               "#status", "Footer")}, app.screen.max_scroll_y
+
+    regions, scroll = drive(app, size, steps)
+    width, height = size
+    assert scroll == 0  # the screen itself never scrolls: nothing is pushed below it
+    verdict, status, footer = regions["#verdict"], regions["#status"], regions["Footer"]
+    assert verdict.y == 0 and verdict.height >= 2
+    assert regions["#main"].y >= verdict.bottom  # nothing drawn over the answer
+    assert regions["#summary"].bottom <= status.y and regions["#failures"].bottom <= regions["#summary"].y
+    assert status.height == 1 and status.bottom <= footer.y and footer.bottom == height
+
+
+# ---- 2. every run is told apart in the run list ------------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("path", VARIED, ids=lambda p: p.name.split(".")[0])
+def test_every_run_list_row_is_told_apart_and_shown_whole(path, size, tmp_path):
+    app = monitor(path, tmp_path)
+
+    async def steps(pilot):
+        runs = app.query_one(RunList)
+        return run_names(app), runs.columns[runs.coordinate_to_cell_key((0, 0)).column_key].width
+
+    names, width = drive(app, size, steps)
+    assert len(set(names)) == len(names), names
+    assert max(len(n) for n in names) <= width, (names, width)  # none cut
+
+
+def test_labels_too_long_for_the_column_keep_every_value_under_its_setting():
+    labels = [RunLabel(f"{mb}x{16 // mb}", Trial(mb, 16 // mb, settings={"activation_checkpointing": ckpt,
+                                                                         "liger": liger}))
+              for mb in (8, 16) for ckpt in (False, True) for liger in (False, True)]
+    header, names = fit_run_labels(labels, 40)
+    assert header == "trial" and names[0] == "8x2 ckpt=off liger=off"  # whole where they fit
+    header, names = fit_run_labels(labels, 16)
+    assert header == "trial ckpt liger"
+    assert names[:2] == ["8x2   off  off", "8x2   off  on"] and names[-1] == "16x1  on   on"
+    assert len(set(names)) == len(names) and max(map(len, names)) <= 16
+
+
+# ---- 3. every key and every tab shows at 80 columns -------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_every_key_and_every_tab_shows(size, tmp_path):
+    app = monitor(KNOBS, tmp_path)
+
+    async def steps(pilot):
+        return screen_text(app).splitlines(), [(t.label_text, t.region) for t in app.query(Tab)]
+
+    lines, tabs = drive(app, size, steps)
+    footer = lines[-1]
+    for binding in TraceApp.BINDINGS:
+        assert f"{binding.key_display or binding.key} {binding.description}" in footer, footer
+    assert [label for label, _ in tabs] == ["Detail", "Timeline", "Phases", "Steps", "Tok/s", "GPU", "Memory"]
+    for label, region in tabs:
+        assert region.right <= size[0] and label in lines[region.y]
+
+
+# ---- 4. the detail pane scrolls -------------------------------------------------------------------------
+def test_the_detail_pane_scrolls_to_its_end_from_the_keyboard(tmp_path):
+    app = monitor(KNOBS, tmp_path)
+
+    async def steps(pilot):
+        app.query_one(RunList).focus()
+        await pilot.press("tab", "tab")  # the run list, the tabs, the pane under them
+        scroll = app.focused
+        assert isinstance(scroll, VerticalScroll) and isinstance(scroll.children[0], DetailPane)
+        before = screen_text(app)
+        await pilot.press("end")
+        await pilot.pause()
+        at_end = scroll.max_scroll_y > 0 and scroll.scroll_y == scroll.max_scroll_y
+        return at_end, before, screen_text(app), app.query_one(DetailPane).content(44).plain
+
+    at_end, before, after, detail = drive(app, (80, 24), steps)
+    last = detail.splitlines()[-1].split()  # the last trial's loss curve: name, curve, final loss
+    assert last[:3] == ["16x1", "ckpt=on", "liger=on"] and last[-1] == "12.3294"
+    assert at_end and "12.3294" not in before and "12.3294" in after
+
+
+# ---- 5, 6. nothing long is cut without saying where it is whole ---------------------------------------
+def words(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces as single spaces."""
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("path", [KNOBS, FSDP], ids=["knobs", "fsdp"])
+def test_a_long_recommendation_is_whole_or_says_where_it_is(path, size, tmp_path):
+    app = monitor(path, tmp_path)
+
+    async def steps(pilot):
+        height = app.query_one(Verdict).region.height
+        shown = "\n".join(screen_text(app).splitlines()[:height])
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        whole = str(app.screen.query_one("#help Static").render())
+        await pilot.press("escape")
+        return shown, whole
+
+    shown, whole = drive(app, size, steps)
+    rec = recommendation(app.rows)
+    assert "in SFTConfig: " in rec
+    assert rec in words(shown) or words(shown).endswith(MORE.strip())
+    assert rec in words(whole)  # the help screen has it whole
+    if size == (80, 24):  # too long for the four lines of the answer there
+        assert rec not in words(shown) and len(shown.splitlines()) == 4
+
+
+def test_the_cpu_warning_says_where_it_is_whole(tmp_path):
+    app = monitor(LIGER, tmp_path, live=True)
+
+    async def steps(pilot):
+        shown = str(app.query_one(StatusLine).render())
+        await pilot.press("question_mark")
+        await pilot.pause()
+        whole = str(app.screen.query_one("#help Static").render())
+        await pilot.press("escape")
+        return shown, whole
+
+    shown, whole = drive(app, (80, 24), steps)
+    warning = app.notices[0][1]
+    assert warning.startswith("training shares this machine's 2 CPU cores") and warning.endswith("--export csv)")
+    assert shown.startswith("training shares") and shown.endswith(MORE) and len(shown) <= 78
+    assert warning in words(whole)
+
+
+def test_runs_that_failed_alike_take_one_line_of_the_failures_panel(tmp_path):
+    app = monitor(LIGER, tmp_path)
+
+    async def steps(pilot):
+        return str(app.query_one(Failures).render())
+
+    shown = drive(app, (120, 36), steps)
+    assert words(shown) == ("failed (6): 1x4#1 liger=on, 2x2#1 liger=on, 4x1#1 liger=on, 4x1#2 liger=on, "
+                            "2x2#2 liger=on, 1x4#2 liger=on: unavailable: liger=on needs a CUDA GPU")
+
+
+# ---- 7. one spelling of a trial everywhere -------------------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+def test_a_trial_is_written_one_way_everywhere(size, tmp_path):
+    app = monitor(LIGER, tmp_path)
+
+    async def steps(pilot):
+        app.query_one(RunList).focus()
+        await pilot.press(*["up"] * 12)  # to the first run: 1x4, liger off, its first repeat
+        await pilot.pause()
+        table = app.query_one(SummaryTable)
+        return (run_names(app), app.query_one(DetailPane).content(100).plain,
+                [l.name for l in app.query_one(Timeline).lanes], [str(table.get_cell_at((i, 0)))
+                                                                  for i in range(table.row_count)],
+                str(app.query_one(Failures).render()))
+
+    names, detail, lanes, table, failed = drive(app, size, steps)
+    assert names[:2] == ["1x4#1 liger=off", "1x4#1 liger=on"]
+    assert detail.startswith("1x4#1 liger=off on CPU")
+    assert lanes == ["1x4#1 liger=off"]
+    assert table[:2] == ["1x4 liger=off", "2x2 liger=off"]
+    shown = "\n".join(names + [detail] + lanes + table + [failed])
+    for other in ("+li", "-li", "liger=False", "liger=True", "1x4_liger"):
+        assert other not in shown, other
+
+
+def test_the_verdict_never_names_a_run_by_its_id(tmp_path):
+    app = monitor(LIGER, tmp_path)
+
+    async def steps(pilot):
+        return app.query_one(Verdict).full.plain
+
+    verdict = drive(app, (120, 36), steps)
+    # (that log's runs shared the machine: the verdict says which, by name)
+    assert "1x4#1 liger=off: other processes used" in verdict and "_liger-" not in verdict

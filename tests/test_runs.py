@@ -27,7 +27,15 @@ def _save_tiny_model(path):
     byte_tokenizer().save_pretrained(path)
 
 
-def test_local_model_directory_and_jsonl_text(tmp_path):
+def test_local_model_directory_and_jsonl_text(tmp_path, monkeypatch):
+    """A model folder and a data file given by paths relative to where tracetui runs. The fork
+    server (one per process) is started first from another folder: a trial forked from it must
+    still work where the sweep does, not where the server started (multiprocessing hands each
+    child its parent's folder of the moment)."""
+    from tracetui.runner.lifetime import trial_context
+
+    monkeypatch.chdir(ROOT)
+    trial_context()  # (already running if an earlier test in this process started it)
     model_dir = tmp_path / "my-model"
     _save_tiny_model(model_dir)
     data = tmp_path / "train.jsonl"
@@ -36,16 +44,15 @@ def test_local_model_directory_and_jsonl_text(tmp_path):
     with open(data, "w") as fh:
         for i in range(40):
             fh.write(json.dumps({"content": f"example {i}: the quick brown fox jumps over the lazy dog. " * 2}) + "\n")
-    out = tmp_path / "out.csv"
-    proc = run_main("--export", "csv", "-o", out, "--model", model_dir, "--dataset", data, "--text-field", "content",
-                    "--effective-batch", 2, "--splits", "2x1", "--steps", 4, "--warmup", 1, "--seq-len", 48,
-                    "--runs-dir", tmp_path / "runs")
+    proc = run_main("--export", "csv", "-o", "out.csv", "--model", "my-model", "--dataset", "train.jsonl",
+                    "--text-field", "content", "--effective-batch", 2, "--splits", "2x1", "--steps", 4, "--warmup", 1,
+                    "--seq-len", 48, "--runs-dir", "runs", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    rows = read_csv(out)
-    assert [r["status"] for r in rows] == ["ok"]
+    rows = read_csv(tmp_path / "out.csv")
+    assert [r["status"] for r in rows] == ["ok"], rows[0].get("message")
     events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
     started = [e for e in events if e["type"] == "run_started"]
-    assert started[0]["config"]["model"] == str(model_dir)
+    assert started[0]["config"]["model"] == "my-model"
     steps = [e for e in events if e["type"] == "step"]
     # real text, real tokenizer: rows are shorter than seq-len and padded, so real tokens < padded
     assert all(0 < e["tokens"] <= 2 * 48 for e in steps)

@@ -274,7 +274,6 @@ class Sweep(SweepBase):
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
         payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
                        repeat=spec.repeat, gpu=spec.gpu, log_path=str(log_path), why=spec.why, owner_pid=os.getpid(),
-                       cwd=os.getcwd(),
                        # the trial's parent: the fork server, or this process for a spawned one
                        parent_pid=(server_pid() if self._ctx.get_start_method() == "forkserver" else None) or os.getpid())
         if self.cfg.until_confident is not None:

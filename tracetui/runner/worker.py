@@ -105,7 +105,7 @@ def resolve_precision(precision: str, device: str):
 
 def run(spec: dict, mp_queue: Any) -> None:
     """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
-    gpu (index or None), log_path, parent_pid (the sweep's process), cwd (the sweep's folder)."""
+    gpu (index or None), log_path, parent_pid (the sweep's process)."""
     # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
     if spec.get("parent_pid"):
         from .lifetime import OWNER_ENV, release_server, set_parent_death_signal
@@ -119,8 +119,6 @@ def run(spec: dict, mp_queue: Any) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
-    if spec.get("cwd"):  # a forked trial starts where the fork server started, not where tracetui is now
-        os.chdir(spec["cwd"])
     # Keep the child's prints off the terminal the TUI draws on.
     log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
     os.dup2(log.fileno(), 1)

@@ -364,3 +364,15 @@ def test_transformers_without_a_needed_callback_event(monkeypatch, capsys):
     assert main(["--dry-run", "--runs-dir", "/tmp/tracetui-test-runs"]) == 2
     err = capsys.readouterr().err
     assert "has no TrainerCallback.on_pre_optimizer_step" in err and "install transformers 4.56.2 or newer" in err
+
+
+@pytest.mark.slow
+def test_a_trial_killed_under_a_memory_cap_leaks_nothing_at_exit(tmp_path):
+    """A trial that dies by a signal under --memory-limit on the CPU: the failed sweep says so
+    and exits 1, with no "leaked semaphore objects" warning from multiprocessing at its exit (the
+    trial's progress-bar lock was one, which it never got to release)."""
+    proc = run_cli("--export", "csv", "-o", tmp_path / "o.csv", "--splits", "4x1", "--steps", 3, "--warmup", 1,
+                   "--memory-limit", 0.5, "--runs-dir", tmp_path / "runs")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "out of memory at micro-batch 4 under --memory-limit 0.5 GiB" in proc.stderr
+    assert "leaked" not in proc.stderr, proc.stderr[-2000:]

@@ -103,6 +103,20 @@ def resolve_precision(precision: str, device: str):
     return precision, dtype
 
 
+def _thread_lock_for_progress_bars() -> None:
+    """tqdm (data set preparation, the trainer) otherwise makes a multiprocessing lock: a named
+    semaphore held for this process by tracetui's resource tracker, which a trial that dies by
+    a signal (out of memory under --memory-limit) never releases, and tracetui then warns at
+    exit of "leaked semaphore objects". A trial's progress bars need only a thread lock."""
+    try:
+        import threading
+
+        from tqdm import tqdm
+    except ImportError:
+        return
+    tqdm.set_lock(threading.RLock())
+
+
 def run(spec: dict, mp_queue: Any) -> None:
     """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
     gpu (index or None), log_path, parent_pid (the sweep's process)."""
@@ -128,6 +142,7 @@ def run(spec: dict, mp_queue: Any) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["TRACETUI_TRIAL"] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
+    _thread_lock_for_progress_bars()
 
     from ..config import SweepConfig
     from ..events import RUN_FAILED, RUN_FINISHED, RUN_STARTED, make

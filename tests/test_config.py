@@ -31,7 +31,12 @@ def _err(capsys, *argv):
     (["--lr", "-1"], "--lr: must be positive"),
     (["--memory-limit", "0"], "--memory-limit: must be a positive"),
     (["--max-micro-batch", "1", "--splits", "2x2"], "above --max-micro-batch"),
-    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--bogus"], "unrecognized arguments: --bogus; see"),  # nothing close: no guess
+    (["--stepz", "5"], "unrecognized arguments: --stepz 5 (did you mean --steps?)"),
+    (["--stepz", "5", "--memory-limt", "3"], "(did you mean: --stepz -> --steps, --memory-limt -> --memory-limit?)"),
+    (["--vary", "liger=off,on", "--liger"], "--vary: liger is varied, and also fixed to on on the command line"),
+    (["--vary", "attn_implementation=sdpa,eager", "--attn-implementation", "eager"],
+     "attn_implementation is varied, and also fixed to eager on the command line; drop one of the two"),
     (["--config", "nope.toml"], "--config: nope.toml does not exist"),
 ])
 def test_bad_flag_is_one_line_exit_2(capsys, argv, needle):
@@ -138,3 +143,12 @@ def test_lora_targets_that_name_no_layer_are_refused_up_front(capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--lora-targets: 'qkv' names no linear layer of tiny" in err and "q_proj" in err
     assert main(["--dry-run", "--lora-targets", "q_proj,v_proj", "--repeats", "1"]) == 0
+
+
+def test_a_setting_fixed_in_the_config_file_and_varied_is_refused(capsys, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[sweep]\nliger = true\n")
+    code, err = _err(capsys, "--export", "csv", "--config", str(cfg), "--vary", "liger=off,on")
+    assert code == 2 and f"liger is varied, and also fixed to on in {cfg}" in err
+    cfg.write_text('[sweep]\nvary = ["liger=off,on"]\n')  # varied alone: fine
+    assert main(["--config", str(cfg), "--dry-run"]) == 0

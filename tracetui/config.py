@@ -522,7 +522,16 @@ SWEEP_KEYS = [f.name for f in fields(SweepConfig)]
 def from_args(ns: argparse.Namespace) -> SweepConfig:
     """Build the config: defaults, then the TOML file, then the flags given."""
     cfg = SweepConfig()
+    fixed: dict[str, str] = {}  # setting -> where it was fixed to one value
     if getattr(ns, "config", None):
-        cfg = from_mapping(load_toml(ns.config), cfg)
+        table = load_toml(ns.config)
+        cfg = from_mapping(table, cfg)
+        fixed.update({k.replace("-", "_"): f"in {ns.config}" for k in table})
     given = {k: v for k, v in vars(ns).items() if k in SWEEP_KEYS}
-    return from_mapping(given, cfg)
+    cfg = from_mapping(given, cfg)
+    fixed.update({k: "on the command line" for k in given})
+    for name in parse_vary(cfg.vary):
+        if name in fixed:
+            raise ConfigError("--vary", f"{name} is varied, and also fixed to {fmt(getattr(cfg, name))} {fixed[name]}",
+                              "drop one of the two: a varied setting takes each of its values in turn")
+    return cfg

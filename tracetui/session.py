@@ -29,7 +29,23 @@ class UsageError(Exception):
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, no usage dump
-        raise UsageError(f"{message}; see `{self.prog} --help`")
+        raise UsageError(f"{message}{self._did_you_mean(message)}; see `{self.prog} --help`")
+
+    def _did_you_mean(self, message: str) -> str:
+        """For a misspelt flag (``--stepz``): the flags it is closest to, if any is close."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        names = [o[2:] for a in self._actions for o in a.option_strings if o.startswith("--")]
+        near = []
+        for word in message.split(":", 1)[1].split():
+            if word.startswith("--"):
+                given = word.split("=", 1)[0]
+                near += [f"{given} -> --{m}" for m in difflib.get_close_matches(given[2:], names, n=1, cutoff=0.75)]
+        if len(near) == 1:
+            return f" (did you mean {near[0].split(' -> ')[1]}?)"
+        return f" (did you mean: {', '.join(near)}?)" if near else ""
 
 
 def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the events") -> None:

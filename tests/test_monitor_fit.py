@@ -51,14 +51,15 @@ def test_the_answer_and_the_status_line_stay_on_the_screen(path, size, tmp_path)
     app = monitor(path, tmp_path, live=True)  # live: the CPU warning is on the status line
 
     async def steps(pilot):
-        return {name: app.query_one(name).region for name in ("#verdict", "#main", "#failures", "#summary",
+        return {name: app.query_one(name).region for name in ("Header", "#verdict", "#main", "#failures", "#summary",
                                                                "#status", "Footer")}, app.screen.max_scroll_y
 
     regions, scroll = drive(app, size, steps)
     width, height = size
     assert scroll == 0  # the screen itself never scrolls: nothing is pushed below it
     verdict, status, footer = regions["#verdict"], regions["#status"], regions["Footer"]
-    assert verdict.y == 0 and verdict.height >= 2
+    # the header (what the trainers ran with) on the first line, the answer right under it
+    assert regions["Header"].y == 0 and verdict.y == regions["Header"].bottom and verdict.height >= 2
     assert regions["#main"].y >= verdict.bottom  # nothing drawn over the answer
     assert regions["#summary"].bottom <= status.y and regions["#failures"].bottom <= regions["#summary"].y
     assert status.height == 1 and status.bottom <= footer.y and footer.bottom == height
@@ -141,8 +142,8 @@ def test_a_long_recommendation_is_whole_or_says_where_it_is(path, size, tmp_path
     app = monitor(path, tmp_path)
 
     async def steps(pilot):
-        height = app.query_one(Verdict).region.height
-        shown = "\n".join(screen_text(app).splitlines()[:height])
+        region = app.query_one(Verdict).region
+        shown = "\n".join(screen_text(app).splitlines()[region.y:region.bottom])
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)

@@ -74,7 +74,7 @@ def main() -> int:
     sweep_ns = build_parser().parse_args(flags or ["--splits", "1x4,2x2,4x1", "--steps", "12", "--warmup", "2"])
     cfg, splits = load_config(sweep_ns)
     sweep = Sweep(cfg, splits)
-    app = TraceApp(SweepSource(sweep), planned=[(s.run_id, s.label) for s in (sweep.planned() or [])],
+    app = TraceApp(SweepSource(sweep), planned=[(s.run_id, s.trial) for s in (sweep.planned() or [])],
                    out_path=str(Path(cfg.runs_dir) / "screenshot_results.csv"),
                    subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
     t0 = time.monotonic()

@@ -2,7 +2,9 @@
 
 from pathlib import Path
 
-from tracetui.analysis import Results, summarise
+import pytest
+
+from tracetui.analysis import Results, Row, summarise
 from tracetui.columns import COLUMNS, CSV_KEYS, MONITOR, check_rows, table_context
 from tracetui.export import summary_csv
 from tracetui.phases import FIELDS, PHASES
@@ -14,8 +16,20 @@ DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 def test_every_row_key_is_a_declared_column():
     rows = summarise(Results().extend(read_events([DATA]).events))
     assert check_rows(rows) == []
-    rows[0]["step_ms_medain"] = 1.0  # a misspelt key is caught, not an empty cell
-    assert check_rows(rows) == ["step_ms_medain"]
+    plain = [dict(r) for r in rows]  # (rows written by other code: a misspelt key is caught)
+    plain[0]["step_ms_medain"] = 1.0
+    assert check_rows(plain) == ["step_ms_medain"]
+
+
+def test_a_misspelt_key_of_a_summary_row_fails_loudly_read_or_written():
+    row = summarise(Results().extend(read_events([DATA]).events))[0]
+    assert isinstance(row, Row) and row.get("peak_mem_gib") > 0 and row["step_ms_median"] > 0
+    for misspelt in (lambda: row.get("peak_mem_gb"), lambda: row["step_ms_medain"],
+                     lambda: row.__setitem__("speedup_vs_slowst", 1.0), lambda: row.update(tokens_per_sec=1.0),
+                     lambda: Row(machine="CPU", splt="1x4")):
+        with pytest.raises(KeyError, match="is not a summary column"):
+            misspelt()
+    assert row.get("message", "") is not None  # declared, even when absent: the default
 
 
 def test_csv_and_monitor_are_drawn_from_the_registry():

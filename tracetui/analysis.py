@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .events import FAIL_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
+from .columns import ROW_KEYS, fmt_duration
 from .config import KNOB_DEFAULTS
 from .knobs import KNOBS, SHORT, fmt, result_changing
 from .knobs import sft_args as knob_sft_args
@@ -392,6 +393,42 @@ def _phase(step: dict, name: str) -> float:
     return float(sum(v)) if isinstance(v, list) else float(v or 0.0)
 
 
+class Row(dict):
+    """A summary row: a dict whose keys are the ones :mod:`tracetui.columns` declares. Reading
+    or writing any other key raises ``KeyError`` naming it: a misspelt read
+    (``row.get("peak_mem_gb")``) fails the tests that reach it instead of giving None."""
+
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for key in self:
+            _declared(key)
+
+    def __getitem__(self, key: str) -> Any:
+        return super().__getitem__(_declared(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(_declared(key), default)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(_declared(key), value)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        return super().setdefault(_declared(key), default)
+
+    def update(self, *args, **kwargs) -> None:
+        for key in dict(*args, **kwargs):
+            _declared(key)
+        super().update(*args, **kwargs)
+
+
+def _declared(key: str) -> str:
+    if key not in ROW_KEYS:
+        raise KeyError(f"{key!r} is not a summary column: tracetui.columns declares them")
+    return key
+
+
 def summarise(results: Results, project_steps: int | None = None) -> list[dict[str, Any]]:
     """One row per split (runs of the same split on the same machine pooled)."""
     groups: dict[tuple, list[RunData]] = {}
@@ -413,7 +450,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         # still measuring while any run is; ok once one run is and none failed; else the failure
         status = live[-1] if live else "ok" if "ok" in statuses else statuses[-1]
         failed = [st for st in statuses if st in FAIL_KINDS]
-        row: dict[str, Any] = dict(
+        row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
             status=status, runs=len(runs),
@@ -888,17 +925,6 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
 def _gib(x: float) -> str:
     """A memory size as people write it: 140, 80, 24, 4.25."""
     return f"{x:.0f}" if x >= 20 or float(x).is_integer() else f"{x:.3g}"
-
-
-def fmt_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    if h:
-        return f"{h} h {m:02d} min"
-    if m:
-        return f"{m} min {s:02d} s"
-    return f"{s} s"
 
 
 def held_back(group: list[dict]) -> str | None:

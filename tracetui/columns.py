@@ -1,6 +1,7 @@
 """The summary's columns, declared once: the CSV, the JSON and the monitor's table are all drawn
-from :data:`COLUMNS`, so a column cannot be written under one name and read under another (a
-misspelt key fails :func:`check_rows`, and the tests run it on real rows).
+from :data:`COLUMNS`, so a column cannot be written under one name and read under another: the
+summary's rows (:class:`tracetui.analysis.Row`) refuse any key not declared here, read or
+written, and :func:`check_rows` checks rows built elsewhere.
 
 A column is either a value of the summary row (``key``: its CSV/JSON name) or, for the monitor
 only, a cell composed from several values (``csv=False``: the p10-p90 spread, the speedup with
@@ -14,7 +15,6 @@ from typing import Any, Callable
 
 from rich.text import Text
 
-from .analysis import fmt_duration
 from .knobs import KNOBS
 from .phases import PHASES
 from .probe.settings import SETTING_COLUMNS
@@ -22,6 +22,17 @@ from .probe.settings import SETTING_COLUMNS
 
 def fmt(v: Any, spec: str = ".1f", dash: str = "-") -> str:
     return dash if v is None else format(v, spec)
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    if h:
+        return f"{h} h {m:02d} min"
+    if m:
+        return f"{m} min {s:02d} s"
+    return f"{s} s"
 
 
 STATUS_STYLE = {
@@ -206,4 +217,10 @@ def check_rows(rows: list[dict]) -> list[str]:
 #: row fields that are for the program, not for a table (the read-back settings as one dict,
 #: intermediate values of the analysis)
 _INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
-             "varied", "knob_values"}
+             "varied", "knob_values",
+             # scratch of summarise, gone before it returns: the loss curve, the run-level
+             # log-median statistics of the speedup interval
+             "loss_curve", "_mu", "_k", "_var", "_df"}
+#: every key a summary row may hold (:class:`tracetui.analysis.Row`): the CSV/JSON columns and
+#: the program's own fields
+ROW_KEYS: frozenset[str] = frozenset(CSV_KEYS) | _INTERNAL

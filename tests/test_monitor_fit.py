@@ -15,7 +15,7 @@ from textual.widgets import Tab
 from tracetui.analysis import recommendation
 from tracetui.tui.app import HelpScreen, TraceApp
 from tracetui.tui.sources import ReplaySource
-from tracetui.tui.widgets import (MORE, DetailPane, Failures, RunLabel, RunList, StatusLine, SummaryTable, Timeline,
+from tracetui.tui.widgets import (MORE, DetailPane, Failures, GpuStatus, RunLabel, RunList, StatusLine, SummaryTable, Timeline,
                                   Verdict, fit_run_labels)
 from tracetui.trial import Trial
 
@@ -63,6 +63,20 @@ def test_the_answer_and_the_status_line_stay_on_the_screen(path, size, tmp_path)
     assert regions["#main"].y >= verdict.bottom  # nothing drawn over the answer
     assert regions["#summary"].bottom <= status.y and regions["#failures"].bottom <= regions["#summary"].y
     assert status.height == 1 and status.bottom <= footer.y and footer.bottom == height
+
+
+def test_a_cpu_sweep_says_so_in_one_line_and_leaves_the_run_list_its_rows(tmp_path):
+    """On the CPU the GPU panel said "no GPU samples: running on the CPU; phases timed with the host
+    clock" in three lines of the narrow left panel, leaving the run list three rows at 80x24."""
+    app = monitor(LIGER, tmp_path)
+
+    async def steps(pilot):
+        return str(app.query_one(GpuStatus).render()), app.query_one(GpuStatus).region.height, \
+            app.query_one(RunList).region.height
+
+    text, height, runs = drive(app, (80, 24), steps)
+    assert text == "CPU run: host clock, no GPU" and height == 1
+    assert runs >= 7  # border and header, and five runs or more
 
 
 # ---- 2. every run is told apart in the run list ------------------------------------------------------

@@ -239,7 +239,7 @@ def test_a_replay_of_two_machines_labels_every_row_and_panel(tiny_sweep, size):
     assert sorted(names) == sorted(["H200 1x4", "H200 2x2", "H200 4x1", "CPU 1x4", "CPU 2x2", "CPU 4x1"])
     assert {"CPU 1x4", "H200 4x1"} <= set(splits)
     assert "H200: util" in gpu  # the H200 runs carry GPU samples
-    assert "H200: no GPU samples" not in gpu and "CPU: no GPU samples" in gpu
+    assert "H200: no GPU samples" not in gpu and "CPU: host clock, no GPU" in gpu
     assert "on NVIDIA H200" in text  # the verdict names each machine
 
 

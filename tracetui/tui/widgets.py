@@ -576,6 +576,9 @@ class GpuStatus(Static):
                 if stopped:
                     text.append(f" ({stopped[-1]})", style="yellow")
                 continue
+            if m == "CPU":  # one line, so that the run list keeps its rows at 80x24
+                text.append(f"{head}host clock, no GPU" if multi else "CPU run: host clock, no GPU", style="dim")
+                continue
             why = next((n for r in reversed(runs) for n in r.notices if "GPU" in n or "NVML" in n or "CPU" in n), "")
             text.append(f"{head}no GPU samples" + (f": {why}" if why else " yet"), style="dim")
         self.update(text)

@@ -32,6 +32,7 @@ def _err(capsys, *argv):
     (["--memory-limit", "0"], "--memory-limit: must be a positive"),
     (["--max-micro-batch", "1", "--splits", "2x2"], "above --max-micro-batch"),
     (["--bogus"], "unrecognized arguments: --bogus; see"),  # nothing close: no guess
+    (["--grid", "--run-unfit"], "--run-unfit: is for the search, and --grid runs every split anyway"),
     (["--stepz", "5"], "unrecognized arguments: --stepz 5 (did you mean --steps?)"),
     (["--stepz", "5", "--memory-limt", "3"], "(did you mean: --stepz -> --steps, --memory-limt -> --memory-limit?)"),
     (["--vary", "liger=off,on", "--liger"], "--vary: liger is varied, and also fixed to on on the command line"),

@@ -44,6 +44,19 @@ def gpu_like(peak_a=3.6, peak_b=3.7, limit=24.0, per_micro=lambda m: 250 + 20 * 
     return measure
 
 
+def test_run_unfit_runs_the_largest_first_and_an_oom_bounds_the_search():
+    """--run-unfit: trials predicted not to fit are run, the largest first; each out-of-memory
+    caps the micro-batch, and the next start is the largest below the cap."""
+    p = SearchPlanner(_grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit", run_unfit=True)
+    ds = drive(p, gpu_like())
+    ran = [d.trial.split for d in ds if not d.skip]
+    assert ran[:3] == ["1x1", "2x1", "64x1"]
+    assert ds[2].why.startswith("largest micro-batch not yet out of memory, run although predicted 240.40 GiB")
+    # 64, 32, 16 and 8 run out of memory (3.6 + 3.7 m > 24), each capping the next start below it
+    assert ran[3:6] == ["32x2", "16x4", "8x8"] and "below micro-batch 16, which ran out of memory" in ds[5].why
+    assert ran[6] == "4x16" and "predicted to fit (below micro-batch 8" in ds[6].why
+
+
 def test_memory_line_from_two_probes_then_largest_fit_and_skips():
     p = SearchPlanner(_grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit")
     ds = drive(p, gpu_like())
@@ -149,3 +162,25 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     probes = [r for r in results.runs.values() if r.started.get("why", "").startswith("memory probe")]
     assert sorted(r.trial.split for r in probes) == ["1x1", "2x1"]
     assert all(s["peak_mem_gib"] > 0 for r in probes for s in r.steps)
+
+
+def test_real_cpu_search_runs_a_trial_predicted_not_to_fit_when_asked_and_its_oom_bounds_it(tmp_path):
+    """--run-unfit on the CPU: 8x1, predicted over 90% of --memory-limit, runs and really runs out
+    of memory (the capped data size); its row says so beside its prediction, and the search goes
+    on below it."""
+    from tracetui.runner.sweep import Sweep
+
+    cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=2, warmup=1, repeats=1, device="cpu",
+                      memory_limit=2.6, search=True, run_unfit=True, runs_dir=str(tmp_path))
+    trials = validate(cfg)
+    results = Results()
+    sweep = Sweep(cfg, trials, on_event=results.add, planner=make_planner(cfg, trials))
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    rows = {r["split"]: r for r in summarise(results)}
+    big = rows["8x1"]
+    assert big["status"] == "oom" and "out of memory at micro-batch 8" in big["message"]
+    assert big["predicted_mem_gib"] > 2.6 * 0.9 and "(--run-unfit)" in big["why"]
+    assert rows["4x2"]["status"] == "ok" and "below micro-batch 8, which ran out of memory" in rows["4x2"]["why"]

@@ -116,6 +116,8 @@ class SweepConfig:
     search: bool = setting(False, "search for the fastest split rather than run every one: memory probes, the "
                                   "largest micro-batch predicted to fit, its neighbours (the default above 6 runs)")
     grid: bool = setting(False, "run every split (the reference the search is checked against)")
+    run_unfit: bool = setting(False, "with the search: also run trials predicted not to fit in memory, the largest "
+                                     "first; one that runs out of memory bounds the search")
     gpus: str = setting("", "run different splits at the same time, one run per GPU", metavar="0,1,...",
                         show_default=False)
     nproc_per_node: int = setting(1, "launch each run with torchrun as DDP over N processes; a split is then "
@@ -393,6 +395,9 @@ def validate(cfg: SweepConfig) -> list[Trial]:
     if cfg.world_size == 1 and (cfg.sharding == "fsdp" or "fsdp" in cfg.varied().get("sharding", [])):
         raise ConfigError("--sharding" if cfg.sharding == "fsdp" else "--vary", "fsdp shards the model over "
                           "several processes, but this sweep runs one", "add --nproc-per-node 2 (or more)")
+    if cfg.run_unfit and cfg.grid:
+        raise ConfigError("--run-unfit", "is for the search, and --grid runs every split anyway",
+                          "drop one of the two")
     if cfg.search and cfg.world_size > 1:
         raise ConfigError("--search", "does not search data-parallel runs yet", "use --grid with --nproc-per-node")
     if cfg.stall_timeout is not None and not (cfg.stall_timeout > 0):

@@ -114,7 +114,10 @@ class SearchPlanner(Planner):
     name = "search"
 
     def __init__(self, trials: list[Trial], repeats: int = 1, limit_gib: float | None = None,
-                 limit_what: str = "", headroom: float = HEADROOM):
+                 limit_what: str = "", headroom: float = HEADROOM, run_unfit: bool = False):
+        """``run_unfit`` (``--run-unfit``): trials predicted not to fit are run too, not skipped;
+        only an out-of-memory bounds the search."""
+        self.run_unfit = run_unfit
         self.trials = list(trials)
         self.repeats = max(1, repeats)
         self.limit, self.limit_what, self.headroom = limit_gib, limit_what, headroom
@@ -196,7 +199,7 @@ class SearchPlanner(Planner):
     def _bound(self) -> float | None:
         return None if self.limit is None else self.headroom * self.limit
 
-    def _fits(self, fam: Family, m: int) -> tuple[bool, float | None]:
+    def _predicted_fit(self, fam: Family, m: int) -> tuple[bool, float | None]:
         """Whether micro-batch ``m`` is predicted to fit with headroom, and the prediction."""
         if fam.oom_at is not None and m >= fam.oom_at:
             return False, fam.memory.predict(m)
@@ -204,6 +207,14 @@ class SearchPlanner(Planner):
         if pred is None or self.limit is None:
             return True, pred
         return pred <= self._bound(), pred
+
+    def _fits(self, fam: Family, m: int) -> tuple[bool, float | None]:
+        """Whether micro-batch ``m`` may run: predicted to fit, or (``--run-unfit``) not yet
+        out of memory; and the prediction."""
+        fits, pred = self._predicted_fit(fam, m)
+        if not fits and self.run_unfit and (fam.oom_at is None or m < fam.oom_at):
+            return True, pred
+        return fits, pred
 
     def _plan(self) -> None:
         """Put the next decisions on the queue (none while what comes next depends on runs in
@@ -297,10 +308,13 @@ class SearchPlanner(Planner):
     def _start_why(self, fam: Family, t: Trial) -> str:
         if self.limit is None:
             return "largest micro-batch (no memory bound to predict against)"
-        fits, pred = self._fits(fam, t.micro_batch)
+        fits, pred = self._predicted_fit(fam, t.micro_batch)
         if pred is None:
             return "largest micro-batch below the one that ran out of memory"
         cap = f" (below micro-batch {fam.oom_at}, which ran out of memory)" if fam.oom_at else ""
+        if not fits:
+            return (f"largest micro-batch not yet out of memory{cap}, run although {predicted_text(pred)} > "
+                    f"{_gib(self._bound())} GiB (--run-unfit)")
         return (f"largest micro-batch predicted to fit{cap}: {predicted_text(pred)} <= {_gib(self._bound())} GiB "
                 f"({round(100 * self.headroom)}% of {self.limit_what} {_gib(self.limit)} GiB)")
 
@@ -359,8 +373,9 @@ class SearchPlanner(Planner):
         out.append(f"search: ran {ran} of {len(self.trials)} trials" + (f" and {probes} memory probe(s)" if probes else ""))
         if self.outcome:
             return out
-        first = "memory probes, then the largest micro-batch predicted to fit" if self.limit is not None else \
-            "the largest micro-batch (no memory bound: no probes)"
+        first = ("the largest micro-batch (no memory bound: no probes)" if self.limit is None else
+                 "memory probes, then the largest micro-batch not yet out of memory (--run-unfit)" if self.run_unfit
+                 else "memory probes, then the largest micro-batch predicted to fit")
         return [f"search: decided as it goes: {first}, then its neighbours among the divisors"]
 
 
@@ -381,9 +396,9 @@ def card_gib(cfg) -> float | None:
 def make_search(cfg, trials: list[Trial]) -> SearchPlanner:
     """The search for ``cfg``: bounded by ``--memory-limit``, else the card."""
     if cfg.memory_limit is not None:
-        return SearchPlanner(trials, cfg.repeats, cfg.memory_limit, "--memory-limit")
+        return SearchPlanner(trials, cfg.repeats, cfg.memory_limit, "--memory-limit", run_unfit=cfg.run_unfit)
     card = card_gib(cfg)
-    return SearchPlanner(trials, cfg.repeats, card, "the card" if card else "")
+    return SearchPlanner(trials, cfg.repeats, card, "the card" if card else "", run_unfit=cfg.run_unfit)
 
 
 def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:

@@ -25,6 +25,11 @@ _LLAMA3_ROPE = dict(
     rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
     original_max_position_embeddings=8192,
 )
+_LLAMA3_COMMON = dict(
+    model_type="llama", num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+    max_position_embeddings=131072, rope_theta=500000.0, rope_scaling=_LLAMA3_ROPE,
+    rms_norm_eps=1e-5, hidden_act="silu",
+)
 
 #: name -> (config kwargs, where the shape comes from)
 PRESETS: dict[str, tuple[dict[str, Any], str]] = {
@@ -67,21 +72,13 @@ PRESETS: dict[str, tuple[dict[str, Any], str]] = {
         "Qwen/Qwen3-8B config.json",
     ),
     "llama-3.2-1b": (
-        dict(
-            model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-            num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
-            max_position_embeddings=131072, rope_theta=500000.0, rope_scaling=_LLAMA3_ROPE,
-            rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
-        ),
+        dict(_LLAMA3_COMMON, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, head_dim=64,
+             tie_word_embeddings=True),
         "meta-llama/Llama-3.2-1B config.json",
     ),
     "llama-3.1-8b": (
-        dict(
-            model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-            num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
-            max_position_embeddings=131072, rope_theta=500000.0, rope_scaling=_LLAMA3_ROPE,
-            rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
-        ),
+        dict(_LLAMA3_COMMON, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, head_dim=128,
+             tie_word_embeddings=False),
         "meta-llama/Llama-3.1-8B config.json",
     ),
 }

@@ -376,3 +376,42 @@ def test_a_trial_killed_under_a_memory_cap_leaks_nothing_at_exit(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "out of memory at micro-batch 4 under --memory-limit 0.5 GiB" in proc.stderr
     assert "leaked" not in proc.stderr, proc.stderr[-2000:]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[-1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(tmp_path):
+    """Something outside tracetui (an out-of-memory killer, `pkill python`) kills the fork
+    server mid-sweep: the trial forked from it goes too and says why; the next trial starts a
+    new server and the sweep finishes (every later trial used to fail to start)."""
+    runs, out = tmp_path / "runs", tmp_path / "out.csv"
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 60, "--warmup", 1,
+                   "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
+    try:
+        _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3 or proc.poll() is not None)
+        servers = [c for c in _children(proc.pid)
+                   if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert len(servers) == 1, servers
+        os.kill(servers[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    rows = {r["split"]: r for r in read_csv(out)}
+    assert rows["1x4"]["status"] == "crashed", rows["1x4"]
+    assert f"its fork server (pid {servers[0]}) was killed from outside tracetui" in rows["1x4"]["message"]
+    assert rows["2x2"]["status"] == "ok" and rows["4x1"]["status"] == "ok", (rows["2x2"]["message"], err[-2000:])

@@ -169,10 +169,21 @@ def trial_context():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
-    from multiprocessing import forkserver
-
     main = threading.current_thread() is threading.main_thread()
     old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS} if main else {}
+    try:
+        _ensure_server()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return ctx
+
+
+def _ensure_server() -> None:
+    """Start the fork server, or start it again if it has died (``ensure_running`` does both;
+    it returns at once while the server lives)."""
+    from multiprocessing import forkserver
+
     # the server's imports must not initialise the CUDA driver (a forked child could not use
     # it): torch's availability checks go through NVML there; each trial turns it back off
     before = os.environ.get(NVML_CHECK)
@@ -186,9 +197,30 @@ def trial_context():
             os.environ.pop(NVML_CHECK, None)
         else:
             os.environ[NVML_CHECK] = before
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    return ctx
+
+
+def restart_server_if_gone() -> None:
+    """Before each forked trial: a fork server killed from outside (an out-of-memory killer, a
+    ``pkill python``) is started again, on the launcher thread with the terminal's signals
+    blocked (a mask the new server and its trials inherit, as the first one had them
+    ignored). Without it every later trial failed to start."""
+    def shielded() -> None:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+        try:
+            _ensure_server()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    launch(shielded)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited, or a zombie nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 def server_pid() -> int | None:

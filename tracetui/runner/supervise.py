@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
 from ..plan import RunSpec
-from .lifetime import die_with_this_process, launch, start_shielded
+from .lifetime import die_with_this_process, launch, process_gone, start_shielded
 
 #: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
 KILL_AFTER_S = 10.0
@@ -101,6 +101,10 @@ class Child:
     def next_event(self, timeout: float) -> dict | None: ...
     def reap(self) -> None: ...
 
+    def lost_with(self) -> str | None:
+        """Why the process went that lies outside it (see :class:`WorkerChild`), or None."""
+        return None
+
 
 class WorkerChild(Child):
     """tracetui's own worker (:func:`tracetui.runner.worker.run`), started from the sweep's
@@ -115,6 +119,16 @@ class WorkerChild(Child):
     def start(self) -> None:
         self.payload["started_at"] = time.time()
         launch(lambda: start_shielded(self.proc))  # see tracetui.runner.lifetime
+
+    def lost_with(self) -> str | None:
+        """Why the trial ended without a word when what it hung from went first: a forked
+        trial dies with its fork server (the parent-death signal), and its exit status is then
+        unknown (multiprocessing reads it from the server: 255)."""
+        server = self.payload.get("parent_pid")
+        if server and server != os.getpid() and self.exitcode() == 255 and process_gone(server):
+            return (f"its fork server (pid {server}) was killed from outside tracetui, and took this trial "
+                    "along; the next trial starts a new server")
+        return None
 
     def alive(self) -> bool:
         return self.proc.is_alive()
@@ -209,6 +223,9 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
         return "stalled", stalled
     if stopped:
         return "interrupted", "stopped by the sweep"
+    lost = child.lost_with()
+    if lost:
+        return "crashed", lost
     code = child.exitcode()
     tail = log_tail(child.log_path)
     killed = f" (killed by {signal.Signals(-code).name})" if code is not None and code < 0 else ""

@@ -26,7 +26,7 @@ from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult
 from ..search import make_planner
 from ..store import EventLog
 from ..trial import Trial
-from .lifetime import server_pid, trial_context
+from .lifetime import restart_server_if_gone, server_pid, trial_context
 from .preflight import device_kind
 from .supervise import Child, WorkerChild, supervise
 
@@ -272,10 +272,13 @@ class Sweep(SweepBase):
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
+        forked = self._ctx.get_start_method() == "forkserver"
+        if forked:
+            restart_server_if_gone()
         payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
                        repeat=spec.repeat, gpu=spec.gpu, log_path=str(log_path), why=spec.why, owner_pid=os.getpid(),
                        # the trial's parent: the fork server, or this process for a spawned one
-                       parent_pid=(server_pid() if self._ctx.get_start_method() == "forkserver" else None) or os.getpid())
+                       parent_pid=(server_pid() if forked else None) or os.getpid())
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
         from . import worker

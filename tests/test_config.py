@@ -153,3 +153,11 @@ def test_a_setting_fixed_in_the_config_file_and_varied_is_refused(capsys, tmp_pa
     assert code == 2 and f"liger is varied, and also fixed to on in {cfg}" in err
     cfg.write_text('[sweep]\nvary = ["liger=off,on"]\n')  # varied alone: fine
     assert main(["--config", str(cfg), "--dry-run"]) == 0
+
+
+def test_a_misspelt_start_method_is_refused_before_any_run(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACETUI_START", "forksever")
+    code, err = _err(capsys, "--export", "csv", "--steps", "2", "--warmup", "1", "--runs-dir", str(tmp_path))
+    assert code == 2 and err == ("tracetui: error: TRACETUI_START: 'forksever' is neither forkserver nor spawn; "
+                                 "unset it (the fork server, on Linux), or set spawn for fresh interpreters\n")
+    assert not list(tmp_path.glob("*/events.jsonl"))  # nothing ran

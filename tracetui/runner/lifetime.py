@@ -159,12 +159,24 @@ def forking() -> bool:
     return os.environ.get(START_ENV, "forkserver") == "forkserver" and sys.platform.startswith("linux")
 
 
+def check_start_env() -> None:
+    """A misspelt ``TRACETUI_START`` (``forksever``) would quietly start fresh interpreters:
+    refuse it with one line instead."""
+    value = os.environ.get(START_ENV)
+    if value is not None and value not in ("forkserver", "spawn"):
+        from ..config import ConfigError
+
+        raise ConfigError(START_ENV, f"{value!r} is neither forkserver nor spawn",
+                          "unset it (the fork server, on Linux), or set spawn for fresh interpreters")
+
+
 def trial_context():
     """The multiprocessing context trials start in: a fork server with :data:`PRELOAD`
     imported, started now (from the main thread, with the terminal's signals ignored, which
     the server and every trial forked from it inherit: the sweep alone decides what a Ctrl-C
     or a hang-up stops, and tells each trial with SIGTERM). ``spawn`` where there is no fork
     server (not Linux) or ``TRACETUI_START=spawn``. Called again, it returns the running server."""
+    check_start_env()
     if not forking():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")

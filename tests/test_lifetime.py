@@ -298,31 +298,21 @@ def _stopped_by_a_signal(folder: Path, sig: int, monitor: bool) -> dict:
     return dict(code=code, runs=runs, out=out, worker=worker, screen=bytes(term.output))
 
 
-@pytest.fixture(scope="module")
-def stopped_by_signals(tmp_path_factory):
-    """The three sweeps the tests below stop with a signal, run side by side: each is a real
-    tracetui in a real terminal with a real worker, none ever finishes on its own, and nothing
-    they check depends on how busy the machine is."""
-    return side_by_side(tmp_path_factory, {
-        "headless, SIGHUP": lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
-        "monitor, SIGTERM": lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
-        "monitor, SIGHUP": lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
-    })
-
-
-def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(stopped_by_signals):
+def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(tmp_path):
     """The terminal goes (stderr now fails with EIO) and SIGHUP reaches the whole job, workers
     included: it used to exit 129 with no CSV and a worker training on."""
-    got = outcome(stopped_by_signals, "headless, SIGHUP")
+    got = _stopped_by_a_signal(tmp_path, signal.SIGHUP, monitor=False)
     assert got["code"] == 128 + signal.SIGHUP
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
 
 
+# (one at a time: with the three in terminals side by side, a monitor's hang-up once took more than
+# the 60 s allowed, in one of nine runs of the suite; cause not found)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(stopped_by_signals, sig):
+def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path, sig):
     """SIGTERM used to end the monitor at once: the worker trained on and the terminal stayed
     in the alternate screen. A hang-up ended it with no CSV."""
-    got = outcome(stopped_by_signals, f"monitor, {signal.Signals(sig).name}")
+    got = _stopped_by_a_signal(tmp_path, sig, monitor=True)
     assert got["code"] == 128 + sig, got["screen"][-2000:]
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
     if sig == signal.SIGTERM:

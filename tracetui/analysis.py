@@ -393,6 +393,13 @@ def _phase(step: dict, name: str) -> float:
     return float(sum(v)) if isinstance(v, list) else float(v or 0.0)
 
 
+def repeat_mark(run_id: str) -> str:
+    """Which run of its trial a run id names (``2`` of ``.../4x1#2``); "" for a trial's one run
+    (:meth:`tracetui.runner.sweep.SweepBase` writes them)."""
+    tail = run_id.rsplit("/", 1)[-1]
+    return tail.rsplit("#", 1)[-1] if "#" in tail else ""
+
+
 class Row(dict):
     """A summary row: a dict whose keys are the ones :mod:`tracetui.columns` declares. Reading
     or writing any other key raises ``KeyError`` naming it: a misspelt read
@@ -848,8 +855,7 @@ def _add_quiet(row: dict, runs: list[RunData]) -> None:
         picture.update(gpu_picture(_window_gpu(r, r.measured())))
         why = judge(picture)
         if why:
-            tail = r.run_id.rsplit("/", 1)[-1]
-            busy.append(f"{r.trial.label(SHORT, tail.rsplit('#', 1)[-1] if '#' in tail else '')}: {why}")
+            busy.append(f"{r.trial.label(SHORT, repeat_mark(r.run_id))}: {why}")
         if isinstance(picture.get("other_cpu_cores"), (int, float)):
             others.append(picture["other_cpu_cores"])
     row["other_cpu_cores"] = max(others) if others else None

@@ -38,14 +38,14 @@ class Parser(argparse.ArgumentParser):
         if not message.startswith("unrecognized arguments:"):
             return ""
         names = [o[2:] for a in self._actions for o in a.option_strings if o.startswith("--")]
-        near = []
+        near = []  # (as given, the flag it is closest to)
         for word in message.split(":", 1)[1].split():
             if word.startswith("--"):
                 given = word.split("=", 1)[0]
-                near += [f"{given} -> --{m}" for m in difflib.get_close_matches(given[2:], names, n=1, cutoff=0.75)]
+                near += [(given, f"--{m}") for m in difflib.get_close_matches(given[2:], names, n=1, cutoff=0.75)]
         if len(near) == 1:
-            return f" (did you mean {near[0].split(' -> ')[1]}?)"
-        return f" (did you mean: {', '.join(near)}?)" if near else ""
+            return f" (did you mean {near[0][1]}?)"
+        return f" (did you mean: {', '.join(f'{g} -> {m}' for g, m in near)}?)" if near else ""
 
 
 def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the events") -> None:

@@ -55,10 +55,13 @@ class Trial:
         """The one way a trial is written for people: ``4x1``, ``4x1 attn=eager ckpt=on``;
         one of its runs: ``4x1#2 attn=eager`` (``repeat``). ``short``: shorter names for
         settings (the knob registry's)."""
-        short = short or {}
         head = f"{self.split}#{repeat}" if repeat else self.split
-        parts = [head] + [f"{short.get(k, k)}={format_value(v)}" for k, v in self.settings]
-        return " ".join(parts)
+        return " ".join(x for x in (head, self.settings_label(short)) if x)
+
+    def settings_label(self, short: Mapping[str, str] | None = None) -> str:
+        """The settings part of :meth:`label`: ``attn=eager ckpt=on`` ("" when none)."""
+        short = short or {}
+        return " ".join(f"{short.get(k, k)}={format_value(v)}" for k, v in self.settings)
 
     def slug(self, short: Mapping[str, str] | None = None) -> str:
         """The label as a file and run-id name: ``4x1_attn-eager_ckpt-on``."""

@@ -13,6 +13,7 @@ way elsewhere than Linux).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -126,15 +127,22 @@ _launcher = _Launcher()
 TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
 
 
+@contextlib.contextmanager
+def _terminal_signals_blocked():
+    """:data:`TERMINAL_SIGNALS` blocked in this thread: a mask every process it starts inherits."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def start_shielded(proc) -> None:
     """Start ``proc`` (a multiprocessing process) with :data:`TERMINAL_SIGNALS` blocked, a mask it
     inherits: a Ctrl-C during its interpreter's start-up would otherwise print a traceback on the
     terminal. The worker ignores them, then unblocks them (:func:`tracetui.runner.worker.run`)."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
-    try:
+    with _terminal_signals_blocked():
         proc.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def launch(start: Callable):
@@ -217,11 +225,8 @@ def restart_server_if_gone() -> None:
     blocked (a mask the new server and its trials inherit, as the first one had them
     ignored). Without it every later trial failed to start."""
     def shielded() -> None:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
-        try:
+        with _terminal_signals_blocked():
             _ensure_server()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     launch(shielded)
 

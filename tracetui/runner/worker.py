@@ -103,6 +103,12 @@ def resolve_precision(precision: str, device: str):
     return precision, dtype
 
 
+#: what the libraries raise when a setting cannot run here (an attention kernel not built for this
+#: device, a quantisation package missing, an option this version refuses): a finished refusal
+#: to report as the setting's fault, not an error of tracetui's
+SETTING_REFUSED = (ValueError, ImportError, NotImplementedError)
+
+
 def _thread_lock_for_progress_bars() -> None:
     """tqdm (data set preparation, the trainer) otherwise makes a multiprocessing lock: a named
     semaphore held for this process by tracetui's resource tracker, which a trial that dies by
@@ -301,7 +307,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     model_kwargs = model_args(knob_values)
     try:
         model = load_model(cfg, device, dtype, **model_kwargs)
-    except (ValueError, ImportError, NotImplementedError) as exc:
+    except SETTING_REFUSED as exc:
         if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
             what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
             raise Unavailable(f"{what} cannot run here: {_first_line(exc)}") from exc
@@ -348,7 +354,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
                                    peft_config=lora, callbacks=cbs or None)
     except BaseException as exc:
         shutil.rmtree(out_dir, ignore_errors=True)  # the trainer never came to own it
-        if isinstance(exc, (ValueError, ImportError, NotImplementedError)):
+        if isinstance(exc, SETTING_REFUSED):
             raise _setting_at_fault(cfg, exc, extra) from exc
         raise
     enter("first step")

@@ -17,7 +17,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import PROBE_WHY, Results, RunData, median, recommendation, scope_note, verdict
+from ..analysis import PROBE_WHY, Results, RunData, median, recommendation, repeat_mark, scope_note, verdict
 from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
 from ..knobs import SHORT
 from ..phases import PHASES
@@ -131,8 +131,8 @@ class RunLabel:
     trial: Trial | None = None
 
     def text(self) -> str:
-        # a trial's label is its split followed by its settings (Trial.label)
-        return self.head + (self.trial.label(SHORT)[len(self.trial.split):] if self.trial else "")
+        settings = self.trial.settings_label(SHORT) if self.trial else ""
+        return f"{self.head} {settings}" if settings else self.head
 
 
 def run_label(rid: str, run: RunData | None, multi: bool, planned: Trial | None = None) -> RunLabel:
@@ -142,9 +142,8 @@ def run_label(rid: str, run: RunData | None, multi: bool, planned: Trial | None 
         head = trial.split
     else:  # nothing says which split yet (never the run id's host-pid-time)
         head = run.label if run is not None and run.started else "starting"
-    tail = rid.rsplit("/", 1)[-1]
-    if "#" in tail:  # a repeat: which one
-        head += f"#{tail.rsplit('#', 1)[-1]}"
+    if repeat_mark(rid):  # a repeat: which one
+        head += f"#{repeat_mark(rid)}"
     gpu = run.started.get("gpu") if run is not None else None
     if gpu is not None:
         head += f"@{gpu}"

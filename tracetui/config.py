@@ -36,6 +36,17 @@ class ConfigError(ValueError):
             msg += f"; {fix}"
         super().__init__(msg)
 
+    def __reduce__(self):
+        # whole across a pipe (the deep checks run in a process forked from the fork server)
+        return _config_error, (self.field, str(self))
+
+
+def _config_error(field_name: str, message: str) -> ConfigError:
+    err = ConfigError.__new__(ConfigError)
+    ValueError.__init__(err, message)
+    err.field = field_name
+    return err
+
 
 def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = None, negatable: bool = False,
             metavar: str | None = None, const: Any = None, show_default: bool = True, append: bool = False) -> Any:

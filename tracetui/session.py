@@ -258,15 +258,16 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
             check_new(getattr(ns, "output", None), "--output", getattr(ns, "force", False))
             check_new(getattr(ns, "steps_csv", None), "--steps-csv", getattr(ns, "force", False))
         if deep:
-            from .runner.preflight import validate_deep
+            from .runner.lifetime import check_start_env, forking, trial_context
+            from .runner.preflight import validate_deep, validate_deep_forked
 
-            if not getattr(ns, "dry_run", False) and cfg.world_size == 1:
-                from .runner.lifetime import trial_context
-
-                # the fork server imports torch, transformers and TRL while the checks below
-                # import them here: side by side, not one after the other
-                trial_context()
-            validate_deep(cfg)
+            check_start_env()
+            if not getattr(ns, "dry_run", False) and cfg.world_size == 1 and forking():
+                # the fork server imports torch, transformers and TRL (which every trial needs)
+                # and the checks run in a process forked from it, not here
+                validate_deep_forked(cfg, trial_context())
+            else:
+                validate_deep(cfg)
     except ConfigError:
         release_outputs()
         raise

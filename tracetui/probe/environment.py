@@ -18,7 +18,8 @@ def library_versions() -> dict[str, str]:
     out = {}
     for name in LIBRARIES:
         try:
-            out[name] = importlib.import_module(name).__version__
+            # a plain str: torch's is a TorchVersion, and unpickling one imports torch
+            out[name] = str(importlib.import_module(name).__version__)
         except ImportError:
             continue
     return out

@@ -4,6 +4,8 @@ and LoRA targets, the data set, the device), and the GPU count. Above :mod:`trac
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,44 @@ def validate_deep(cfg: SweepConfig) -> None:
                               "use fp32 or bf16 on CPU")
 
 
+def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
+    """:func:`validate_deep` in a process forked from the fork server (``ctx``), which imported
+    torch, transformers, TRL and PEFT already: tracetui's own process then never imports them.
+    It is at its first trial sooner where cores are few (the two would import side by side) and
+    ends sooner (an interpreter holding torch takes about a second to tear down). A check that
+    ends without an answer (killed, crashed, or an error that is not a configuration error) is
+    run again here, where its traceback shows."""
+    from multiprocessing.connection import wait
+
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_checks_child, args=(cfg, writer), daemon=True, name="tracetui-checks")
+    proc.start()
+    writer.close()
+    try:
+        answer = reader.recv() if reader in wait([reader, proc.sentinel]) else None
+    except EOFError:
+        answer = None
+    finally:
+        reader.close()
+        proc.join()
+    if isinstance(answer, ConfigError):
+        raise answer
+    if answer != "ok":
+        validate_deep(cfg)
+
+
+def _checks_child(cfg: SweepConfig, writer) -> None:
+    try:
+        validate_deep(cfg)
+        answer: Any = "ok"
+    except ConfigError as exc:
+        answer = exc
+    except Exception:  # noqa: BLE001 - the parent runs the checks again and shows this one
+        answer = "error"
+    writer.send(answer)
+    writer.close()
+
+
 def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
     """``--lora-targets`` that name no module of the model would fail in every run, minutes in:
     check them on the model's skeleton (built on the meta device: no memory, no weights)."""
@@ -98,6 +138,10 @@ def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
                               f"use all-linear or some of {', '.join(tails[:12])}")
 
 
+#: device files without one of which neither CUDA (nvidiactl), ROCm (kfd) nor WSL's GPU (dxg) runs
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
 def gpu_count() -> int:
     """GPUs on this machine, without initialising CUDA in this process (NVML, else torch)."""
     try:
@@ -106,6 +150,8 @@ def gpu_count() -> int:
         pynvml.nvmlInit()
         return int(pynvml.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001 - no NVML: ask torch
+        if sys.platform.startswith("linux") and not any(os.path.exists(d) for d in GPU_DEVICE_FILES):
+            return 0  # no device a GPU runtime could open: no need to import torch to know it
         try:
             import torch
 

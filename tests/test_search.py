@@ -58,10 +58,12 @@ def test_run_unfit_runs_the_largest_first_and_an_oom_bounds_the_search():
 
 
 def test_memory_line_from_two_probes_then_largest_fit_and_skips():
-    p = SearchPlanner(_grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit")
+    p = SearchPlanner(_grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit", probe_steps=5)
     ds = drive(p, gpu_like())
     ran = [d.trial.split for d in ds if not d.skip]
     assert ran[:2] == ["1x1", "2x1"] and all(d.why.startswith("memory probe") for d in ds[:2])
+    # the probes are short runs; every candidate runs the sweep's steps
+    assert [d.steps for d in ds[:2]] == [5, 5] and all(d.steps is None for d in ds[2:])
     # 3.6 + 3.7 m: 4 -> 18.4 GiB fits under 90% of 24; 8 -> 33.2 does not
     assert ran[2] == "4x16" and "predicted 18.40 GiB" in ds[2].why
     skipped = {d.trial.split: d.why for d in ds if d.skip}
@@ -142,7 +144,7 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     its prediction beside what it measured; probes are no rows."""
     from tracetui.runner.sweep import Sweep
 
-    cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=2, warmup=1, repeats=1, device="cpu",
+    cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=6, warmup=1, repeats=1, device="cpu",
                       memory_limit=2.6, search=True, runs_dir=str(tmp_path))
     trials = validate(cfg)
     planner = make_planner(cfg, trials)
@@ -162,6 +164,11 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     probes = [r for r in results.runs.values() if r.started.get("why", "").startswith("memory probe")]
     assert sorted(r.trial.split for r in probes) == ["1x1", "2x1"]
     assert all(s["peak_mem_gib"] > 0 for r in probes for s in r.steps)
+    # a probe runs the warm-up and three measured steps, not the sweep's six: as its own
+    # config says, and as it says why it ran
+    assert all([s["step"] for s in r.steps] == [1, 2, 3, 4] and r.started["config"]["steps"] == 4
+               and ", 4 steps, to learn peak memory" in r.started["why"] for r in probes)
+    assert len(results.runs[next(i for i in results.runs if i.endswith("/4x2"))].steps) == 6
 
 
 def test_real_cpu_search_runs_a_trial_predicted_not_to_fit_when_asked_and_its_oom_bounds_it(tmp_path):

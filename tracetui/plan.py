@@ -32,6 +32,8 @@ class RunSpec:
     gpu: int | None = None
     #: why the planner chose it (shown live)
     why: str = ""
+    #: optimizer steps, where the planner needs fewer than the sweep's (memory probes)
+    steps: int | None = None
 
     @property
     def label(self) -> str:
@@ -66,6 +68,8 @@ class Decision:
     repeat: int = 0
     why: str = ""
     skip: str | None = None
+    #: fewer optimizer steps than the sweep's, where the planner needs only those
+    steps: int | None = None
 
 
 #: a planner's answer when it must see a running trial end before it can decide

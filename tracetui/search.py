@@ -56,6 +56,9 @@ RESOLUTION = 0.10
 OPTIMISM = 0.75
 #: runs above which the default planner is the search rather than the grid
 HANDFUL = 6
+#: measured steps of a memory probe (after the sweep's warm-up): its peak comes with the first
+#: optimizer step, and the median of three gives the time per micro-batch the skips use
+PROBE_MEASURED = 3
 
 
 def _gib(x: float) -> str:
@@ -114,10 +117,13 @@ class SearchPlanner(Planner):
     name = "search"
 
     def __init__(self, trials: list[Trial], repeats: int = 1, limit_gib: float | None = None,
-                 limit_what: str = "", headroom: float = HEADROOM, run_unfit: bool = False):
+                 limit_what: str = "", headroom: float = HEADROOM, run_unfit: bool = False,
+                 probe_steps: int | None = None):
         """``run_unfit`` (``--run-unfit``): trials predicted not to fit are run too, not skipped;
-        only an out-of-memory bounds the search."""
+        only an out-of-memory bounds the search. ``probe_steps``: a memory probe's optimizer
+        steps (default: as many as every run)."""
         self.run_unfit = run_unfit
+        self.probe_steps = probe_steps
         self.trials = list(trials)
         self.repeats = max(1, repeats)
         self.limit, self.limit_what, self.headroom = limit_gib, limit_what, headroom
@@ -189,8 +195,10 @@ class SearchPlanner(Planner):
         return t in fam.probes and t not in self.trials
 
     def _run(self, t: Trial, why: str) -> None:
+        steps = self.probe_steps if self._is_probe(t) else None
         for r in range(self._runs_of(t)):
-            self._queue.append(Decision(t, r, why=why + (f" (run {r + 1} of {self._runs_of(t)})" if r else "")))
+            self._queue.append(Decision(t, r, why=why + (f" (run {r + 1} of {self._runs_of(t)})" if r else ""),
+                                        steps=steps))
         self.done.discard(t)
 
     def _skip(self, t: Trial, why: str) -> None:
@@ -226,7 +234,8 @@ class SearchPlanner(Planner):
             if probes and not fam.memory.ready and fam.oom_at is None:
                 for p in probes:
                     fam.probed.add(p)
-                    self._run(p, f"{PROBE_WHY}: one micro-batch of {p.micro_batch} per step, to learn "
+                    steps = f", {self.probe_steps} steps" if self.probe_steps else ""
+                    self._run(p, f"{PROBE_WHY}: one micro-batch of {p.micro_batch} per step{steps}, to learn "
                                  f"peak memory against the micro-batch ({self.limit_what} {_gib(self.limit)} GiB)")
                 return
             for (gk, eb), group in self.groups.items():
@@ -395,10 +404,13 @@ def card_gib(cfg) -> float | None:
 
 def make_search(cfg, trials: list[Trial]) -> SearchPlanner:
     """The search for ``cfg``: bounded by ``--memory-limit``, else the card."""
+    probe_steps = min(cfg.steps, cfg.warmup + PROBE_MEASURED)
     if cfg.memory_limit is not None:
-        return SearchPlanner(trials, cfg.repeats, cfg.memory_limit, "--memory-limit", run_unfit=cfg.run_unfit)
+        return SearchPlanner(trials, cfg.repeats, cfg.memory_limit, "--memory-limit", run_unfit=cfg.run_unfit,
+                             probe_steps=probe_steps)
     card = card_gib(cfg)
-    return SearchPlanner(trials, cfg.repeats, card, "the card" if card else "", run_unfit=cfg.run_unfit)
+    return SearchPlanner(trials, cfg.repeats, card, "the card" if card else "", run_unfit=cfg.run_unfit,
+                         probe_steps=probe_steps)
 
 
 def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:

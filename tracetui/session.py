@@ -305,7 +305,8 @@ def progress_printer(total_runs: int, steps: int):
             if e.get("rank", 0) != 0:
                 return
             state["n"] += 1
-            state["steps"][e["run_id"]] = steps or (e.get("config") or {}).get("steps") or 0
+            # the run's own (a memory probe runs fewer), else the sweep's
+            state["steps"][e["run_id"]] = (e.get("config") or {}).get("steps") or steps or 0
             env = e.get("env") or {}
             where = env.get("gpu_name") or "CPU"
             of = f"/{total_runs}" if total_runs else ""

@@ -16,6 +16,7 @@ import re
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -94,7 +95,7 @@ class SweepBase:
 
     def _spec(self, d: Decision, gpu: int | None) -> RunSpec:
         with self._wake:
-            spec = RunSpec(self._run_id(d.trial, d.repeat, self._ids), d.trial, d.repeat, gpu, d.why)
+            spec = RunSpec(self._run_id(d.trial, d.repeat, self._ids), d.trial, d.repeat, gpu, d.why, d.steps)
             self.plan.append(spec)
             self.measured.add(spec)
         return spec
@@ -217,8 +218,12 @@ class SweepBase:
         self.measured.observe(event)
 
     def payload_config(self, spec: RunSpec) -> dict:
-        """The config a run trains with: the sweep's, with the trial's varied settings."""
-        return self.cfg.for_trial(spec.trial).to_dict()
+        """The config a run trains with: the sweep's, with the trial's varied settings (and the
+        planner's shorter run, where it asked for one)."""
+        cfg = self.cfg.for_trial(spec.trial)
+        if spec.steps is not None and spec.steps < cfg.steps:
+            cfg = replace(cfg, steps=spec.steps, warmup=min(cfg.warmup, spec.steps - 1))
+        return cfg.to_dict()
 
     def references(self, spec: RunSpec) -> list[tuple[float, float]]:
         with self._wake:

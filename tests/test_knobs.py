@@ -173,7 +173,7 @@ def test_the_monitor_groups_and_filters_trials_by_a_varied_setting():
     values = [((t, n), line) for (t, n), line in after]
     (only_a, line_a), (only_b, line_b) = values[0], values[1]
     assert only_a[1] == 4 and all("ckpt=off" in t for t in only_a[0]) and "only activation_checkpointing=off" in line_a
-    assert only_b[1] == 4 and all("ckpt=on" in t for t in only_b[0])
+    assert only_b[1] == 4 and all("ckpt=on" in t for t in only_b[0]) and "only activation_checkpointing=on" in line_b
     liger = [v for v in values[2:4]]
     assert [n for (_t, n), _line in liger] == [4, 4]
     assert values[4][0][1] == 8 and "every trial" in values[4][1]

@@ -1,5 +1,6 @@
-"""The deep checks (model, LoRA targets, data, device) run in a process forked from the fork
-server, so that tracetui's own process never imports torch, transformers or PEFT."""
+"""The fork server's share of the work: the deep checks (model, LoRA targets, data, device) run
+in a process forked from it, so that tracetui's own process never imports torch, transformers
+or PEFT; and what every trial would repeat is done in it once."""
 
 import subprocess
 import sys
@@ -58,3 +59,25 @@ def test_a_check_process_that_ends_without_an_answer_leaves_the_checks_to_tracet
     monkeypatch.setattr(preflight, "validate_deep", lambda c: here.append(c))
     preflight.validate_deep_forked(cfg, trial_context())
     assert here == [cfg]
+
+
+def _conversion_table_built(conn) -> None:
+    import transformers.conversion_mapping as cm
+
+    conn.send(getattr(cm, "_checkpoint_conversion_mapping_cache", None) is not None)
+    conn.close()
+
+
+def test_a_forked_trial_finds_the_work_every_trial_repeats_done_in_the_server():
+    """transformers' table of checkpoint conversions is built once in the fork server
+    (tracetui.runner.warm), not in each trial."""
+    cm = pytest.importorskip("transformers.conversion_mapping")
+    if not hasattr(cm, "_checkpoint_conversion_mapping_cache"):
+        pytest.skip("this transformers keeps no such table")
+    ctx = trial_context()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_conversion_table_built, args=(writer,))
+    proc.start()
+    writer.close()
+    assert reader.recv() is True
+    proc.join()

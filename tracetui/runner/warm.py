@@ -1,0 +1,19 @@
+"""Imported by the fork server after the libraries and before the freeze
+(:data:`tracetui.runner.lifetime.PRELOAD`): work that every trial would otherwise repeat, done
+once, in pure Python (nothing here may touch CUDA: the server never does).
+
+transformers builds its table of checkpoint conversions (about a thousand objects with compiled
+patterns) the first time a process loads a model or PEFT wraps one, and keeps it for the
+process. Built here, every forked trial finds it built: on a 2-core CPU a trial's trainer is
+built in 0.21 s instead of 0.42 s (the tiny preset, the same sweep both ways)."""
+
+try:
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+except ImportError:  # a transformers without that table: nothing to build
+    get_checkpoint_conversion_mapping = None
+
+if get_checkpoint_conversion_mapping is not None:
+    try:
+        get_checkpoint_conversion_mapping("llama")
+    except Exception:  # noqa: BLE001 - a warm-up that fails leaves the trial to build it, as before
+        pass

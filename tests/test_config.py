@@ -39,6 +39,8 @@ def _err(capsys, *argv):
     (["--vary", "attn_implementation=sdpa,eager", "--attn-implementation", "eager"],
      "attn_implementation is varied, and also fixed to eager on the command line; drop one of the two"),
     (["--config", "nope.toml"], "--config: nope.toml does not exist"),
+    # a flag cut short is not taken for the one it begins
+    (["--effective-batc", "8"], "unrecognized arguments: --effective-batc 8 (did you mean --effective-batch?)"),
 ])
 def test_bad_flag_is_one_line_exit_2(capsys, argv, needle):
     code, err = _err(capsys, "--export", "csv", *argv)

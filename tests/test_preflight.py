@@ -12,6 +12,8 @@ from tracetui.config import ConfigError, SweepConfig
 from tracetui.runner import preflight
 from tracetui.runner.lifetime import forking, trial_context
 
+from .conftest import wait_until
+
 pytestmark = pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")
 
 
@@ -81,3 +83,87 @@ def test_a_forked_trial_finds_the_work_every_trial_repeats_done_in_the_server():
     writer.close()
     assert reader.recv() is True
     proc.join()
+
+
+def test_a_fork_server_killed_while_it_imports_leaves_the_checks_to_tracetui(monkeypatch):
+    """An out-of-memory killer takes the fork server while it imports: the checks run here, and
+    the next trial's server is started again."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from tracetui.runner.lifetime import server_pid
+
+    old = server_pid()
+    _kill_the_server()  # the checks start the server again first ...
+
+    def kill_the_new_one():  # ... and it is killed a moment into its imports
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pid = server_pid()
+            if pid and pid != old:
+                time.sleep(0.5)
+                os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_new_one)
+    killer.start()
+    here = []
+    monkeypatch.setattr(preflight, "validate_deep", lambda c: here.append(c))
+    cfg = SweepConfig()
+    preflight.validate_deep_forked(cfg, trial_context())
+    killer.join()
+    assert here == [cfg]
+    # and the next check has a server again
+    preflight.validate_deep_forked(SweepConfig(lora_targets="q_proj"), trial_context())
+    assert here == [cfg]
+
+
+def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch):
+    """A hub id whose server accepts the connection and never answers (a real socket): the
+    check would wait for minutes. Ctrl-C stops it at once, and its process is gone."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import socket
+    import threading
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(silent.accept()) for _ in range(8)], daemon=True).start()
+    # a fork server started with the silent hub in its environment (its children inherit it)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    _kill_the_server()
+    try:
+        preflight.validate_deep_forked(SweepConfig(lora_targets="q_proj"), trial_context())  # server up
+        timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            preflight.validate_deep_forked(SweepConfig(model="someone/some-model"), trial_context())
+        assert time.monotonic() - t0 < 6
+        assert held  # the check did reach the silent hub
+        assert not [p for p in mp.active_children() if p.name == "tracetui-checks"]
+    finally:
+        _kill_the_server()  # the next test's server starts without that hub
+        silent.close()
+
+
+def _kill_the_server() -> None:
+    """SIGKILL the fork server and wait until it is gone (a server still dying would be taken
+    for a live one, and sent the next check)."""
+    import os
+    import signal
+
+    from tracetui.runner.lifetime import process_gone, server_pid
+
+    pid = server_pid()
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: process_gone(pid), 10)

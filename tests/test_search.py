@@ -104,6 +104,23 @@ def test_an_oom_bounds_the_search_and_the_line_is_refitted():
     assert any("micro-batch 8 ran out of memory" in n for n in p.notes())
 
 
+def test_probes_are_short_only_where_every_step_peaks_alike():
+    """Rows of one length: the warm-up and three measured steps (or --steps, if fewer). Rows of
+    varied lengths, and a user's script (its steps are its own): every step."""
+    from tracetui.search import make_search, probe_length
+
+    assert probe_length(SweepConfig(steps=20, warmup=3)) == 6
+    assert probe_length(SweepConfig(steps=4, warmup=3)) == 4
+    assert probe_length(SweepConfig(steps=20, warmup=3, dataset="synthetic-ragged")) is None
+    assert probe_length(SweepConfig(steps=20, warmup=3, dataset="train.jsonl")) is None
+    cfg = SweepConfig(effective_batch=[8], steps=20, warmup=3, memory_limit=24.0, search=True)
+    assert make_search(cfg, validate(cfg)).probe_steps == 6
+    assert make_search(cfg, validate(cfg), short_runs=False).probe_steps is None
+    decisions = drive(make_search(cfg, validate(cfg), short_runs=False), gpu_like())
+    assert decisions[0].why.startswith("memory probe: one micro-batch of 1 per step, to learn")
+    assert all(d.steps is None for d in decisions)
+
+
 def test_effective_batches_share_memory_and_speed():
     p = SearchPlanner(_grid(16) + _grid(64), repeats=1, limit_gib=24.0, limit_what="--memory-limit")
     ds = drive(p, gpu_like())

@@ -14,7 +14,7 @@ from tracetui.runner.sweep import Sweep
 from tracetui.store import read_events
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource, SweepSource
-from tracetui.tui.widgets import RunList, SummaryTable
+from tracetui.tui.widgets import RunList, SummaryTable, Verdict
 from .conftest import claims_or_holds_back
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -50,6 +50,7 @@ def test_live_sweep_in_app(tmp_path):
     app = TraceApp(SweepSource(sweep), out_path=str(out),
                    planned=[(s.run_id, s.trial) for s in sweep.planned()], screenshot_dir=str(tmp_path))
     statuses_seen = set()
+    answers_while_running = set()
 
     async def drive():
         async with app.run_test(size=(100, 30)) as pilot:
@@ -60,14 +61,19 @@ def test_live_sweep_in_app(tmp_path):
 
             def done():
                 statuses_seen.update(r.status for r in app.results.runs.values())
+                if app.source.running() and app._was_running:  # (and the app has seen it running)
+                    answers_while_running.add(app.query_one(Verdict).full.plain)
                 return (len(app.results.runs) == 2
                         and all(r.status == "ok" for r in app.results.runs.values()))
 
             await _wait(pilot, done, 240)
+            await _wait(pilot, lambda: not app.source.running(), 30)
             await pilot.pause(0.5)
             assert app.query_one(SummaryTable).row_count == 2
             said = str(app.query_one("#verdict").render())
             assert claims_or_holds_back(said, "faster than") or claims_or_holds_back(said, "no clear difference")
+            # what the intervals cover is said once no run of the sweep is left to come
+            assert "one run per split: intervals cover step noise only" in app.query_one(Verdict).full.plain
             await pilot.press("e")
             await pilot.pause(0.2)
             rows = list(csv.DictReader(open(out)))
@@ -79,8 +85,12 @@ def test_live_sweep_in_app(tmp_path):
             runs.focus()
             runs.move_cursor(row=0)
             await pilot.press("r")
-            await _wait(pilot, lambda: len(app.results.runs) == 3
-                        and all(r.status == "ok" for r in app.results.runs.values()), 120)
+            await _wait(pilot, lambda: done() and False or (len(app.results.runs) == 3
+                        and all(r.status == "ok" for r in app.results.runs.values())), 120)
+            # while that run was on its way the answer stood, without a note on what the
+            # intervals cover (another run of a split was still to come)
+            assert any("faster" in a or "no clear" in a or "held back" in a for a in answers_while_running)
+            assert not any("intervals cover" in a for a in answers_while_running)
             assert sorted(r.label for r in app.results.runs.values()) == ["1x2", "1x2", "2x1"]
             # the run reports its end before its process has gone: quit once the sweep is over
             await _wait(pilot, lambda: not app.source.running(), 30)

@@ -38,11 +38,11 @@ class ConfigError(ValueError):
 
     def __reduce__(self):
         # whole across a pipe (the deep checks run in a process forked from the fork server)
-        return _config_error, (self.field, str(self))
+        return _config_error, (type(self), self.field, str(self))
 
 
-def _config_error(field_name: str, message: str) -> ConfigError:
-    err = ConfigError.__new__(ConfigError)
+def _config_error(cls: type, field_name: str, message: str) -> ConfigError:
+    err = cls.__new__(cls)
     ValueError.__init__(err, message)
     err.field = field_name
     return err

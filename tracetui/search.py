@@ -56,8 +56,9 @@ RESOLUTION = 0.10
 OPTIMISM = 0.75
 #: runs above which the default planner is the search rather than the grid
 HANDFUL = 6
-#: measured steps of a memory probe (after the sweep's warm-up): its peak comes with the first
-#: optimizer step, and the median of three gives the time per micro-batch the skips use
+#: measured steps of a memory probe (after the sweep's warm-up), on rows of one length: its
+#: peak comes with the first optimizer step, and the median of three gives the time per
+#: micro-batch the skips use (:func:`probe_length`)
 PROBE_MEASURED = 3
 
 
@@ -388,6 +389,16 @@ class SearchPlanner(Planner):
         return [f"search: decided as it goes: {first}, then its neighbours among the divisors"]
 
 
+def probe_length(cfg) -> int | None:
+    """A memory probe's optimizer steps: the warm-up and :data:`PROBE_MEASURED` more (or
+    ``--steps``, if fewer), on rows of one fixed length, where every step peaks alike and takes
+    alike; None (as many as every run) on rows of varied lengths (``synthetic-ragged``, text),
+    where the peak waits for the longest micro-batch."""
+    if cfg.dataset != "synthetic":
+        return None
+    return min(cfg.steps, cfg.warmup + PROBE_MEASURED)
+
+
 def card_gib(cfg) -> float | None:
     """The first GPU's memory (GiB) where runs will train, from NVML (no CUDA in this process)."""
     if cfg.device == "cpu":
@@ -402,9 +413,9 @@ def card_gib(cfg) -> float | None:
         return None
 
 
-def make_search(cfg, trials: list[Trial]) -> SearchPlanner:
+def make_search(cfg, trials: list[Trial], short_runs: bool = True) -> SearchPlanner:
     """The search for ``cfg``: bounded by ``--memory-limit``, else the card."""
-    probe_steps = min(cfg.steps, cfg.warmup + PROBE_MEASURED)
+    probe_steps = probe_length(cfg) if short_runs else None
     if cfg.memory_limit is not None:
         return SearchPlanner(trials, cfg.repeats, cfg.memory_limit, "--memory-limit", run_unfit=cfg.run_unfit,
                              probe_steps=probe_steps)
@@ -426,14 +437,16 @@ def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
     return False, ""
 
 
-def make_planner(cfg, trials: list[Trial]) -> Planner:
+def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     """The planner ``cfg`` asks for: ``--search`` (:mod:`tracetui.search`), also the default
-    above a handful of runs (saying so once, on stderr), or the grid (``--grid``)."""
+    above a handful of runs (saying so once, on stderr), or the grid (``--grid``).
+    ``short_runs``: whether the sweep can run a trial for fewer steps than ``--steps`` (not a
+    user's script, whose steps are its own)."""
     search, line = wants_search(cfg, trials)
     if search:
         if line:
             import sys
 
             sys.stderr.write(f"tracetui: {line}\n")
-        return make_search(cfg, trials)
+        return make_search(cfg, trials, short_runs)
     return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)

@@ -28,6 +28,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # no flag taken for another it begins (--effective-batc for --effective-batch): a typo
+        # is named, and a flag added later cannot change what an old command line means
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, no usage dump
         raise UsageError(f"{message}{self._did_you_mean(message)}; see `{self.prog} --help`")
 

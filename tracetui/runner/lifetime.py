@@ -20,6 +20,7 @@ import queue as queue_mod
 import signal
 import sys
 import threading
+import time
 from typing import Callable
 
 # ---- no trial outlives tracetui ---------------------------------------------------------------
@@ -210,6 +211,7 @@ def _ensure_server() -> None:
     if before == "1":
         os.environ["TRACETUI_USER_NVML_CHECK"] = "1"  # the user's own: trials keep it
     os.environ[NVML_CHECK] = "1"
+    _until_a_killed_server_has_ended()
     try:
         forkserver.ensure_running()
     finally:
@@ -217,6 +219,23 @@ def _ensure_server() -> None:
             os.environ.pop(NVML_CHECK, None)
         else:
             os.environ[NVML_CHECK] = before
+
+
+def _until_a_killed_server_has_ended(limit_s: float = 5.0) -> None:
+    """A killed server's main thread is a zombie before its other threads have ended, and until
+    they have, ``waitpid`` (which ``ensure_running`` asks) calls it alive: the next trial would
+    be sent to it and fail. Wait for its end (without reaping it: that is ensure_running's)."""
+    pid = server_pid()
+    if not pid or not process_gone(pid):
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.01)
 
 
 def restart_server_if_gone() -> None:

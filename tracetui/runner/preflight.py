@@ -14,7 +14,8 @@ from ..presets import PRESETS
 
 
 def validate_deep(cfg: SweepConfig) -> None:
-    """Checks that need the model, the data or the GPU: run once in the parent before any run."""
+    """Checks that need the model, the data or the GPU: run once before any run, in a process
+    forked from the fork server where there is one (:func:`validate_deep_forked`), else here."""
     from ..probe.callback import missing_callback_events
 
     why = missing_callback_events()
@@ -81,31 +82,50 @@ def validate_deep(cfg: SweepConfig) -> None:
 
 def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
     """:func:`validate_deep` in a process forked from the fork server (``ctx``), which imported
-    torch, transformers, TRL and PEFT already: tracetui's own process then never imports them.
-    It is at its first trial sooner where cores are few (the two would import side by side) and
-    ends sooner (an interpreter holding torch takes about a second to tear down). A check that
-    ends without an answer (killed, crashed, or an error that is not a configuration error) is
-    run again here, where its traceback shows."""
+    torch, transformers, TRL and PEFT already: on this path tracetui's own process never imports
+    them. It is at its first trial sooner where cores are few (the two would import side by
+    side) and holds less. The check process starts as a trial does (it dies with tracetui, and
+    asks the CUDA driver, not NVML, whether a GPU is usable). A Ctrl-C stops it at once. If it
+    ends without an answer (the server or the check killed, crashed, or an error that is not a
+    configuration error), the checks run again here, where a traceback shows."""
     from multiprocessing.connection import wait
 
+    from .lifetime import restart_server_if_gone, server_pid
+
+    answer = None
+    proc = None
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_checks_child, args=(cfg, writer), daemon=True, name="tracetui-checks")
-    proc.start()
-    writer.close()
     try:
-        answer = reader.recv() if reader in wait([reader, proc.sentinel]) else None
-    except EOFError:
-        answer = None
+        restart_server_if_gone()
+        proc = ctx.Process(target=_checks_child, args=(cfg, writer, server_pid()), daemon=True,
+                           name="tracetui-checks")
+        proc.start()
+        writer.close()
+        if reader in wait([reader, proc.sentinel]):
+            answer = reader.recv()
+    except (EOFError, OSError):
+        answer = None  # the fork server or the check died: the checks run here instead
+    except BaseException:
+        if proc is not None and proc.pid is not None:
+            proc.kill()  # interrupted: not held up by a check that may take minutes (a hub id)
+        raise
     finally:
         reader.close()
-        proc.join()
+        writer.close()
+        if proc is not None and proc.pid is not None:
+            proc.join()
     if isinstance(answer, ConfigError):
         raise answer
     if answer != "ok":
         validate_deep(cfg)
 
 
-def _checks_child(cfg: SweepConfig, writer) -> None:
+def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
+    from .lifetime import release_server, set_parent_death_signal
+
+    release_server()  # as a trial: dies with tracetui, and the driver's own CUDA check
+    if server:
+        set_parent_death_signal(server)
     try:
         validate_deep(cfg)
         answer: Any = "ok"
@@ -113,8 +133,11 @@ def _checks_child(cfg: SweepConfig, writer) -> None:
         answer = exc
     except Exception:  # noqa: BLE001 - the parent runs the checks again and shows this one
         answer = "error"
-    writer.send(answer)
-    writer.close()
+    try:
+        writer.send(answer)
+        writer.close()
+    except OSError:
+        pass  # tracetui has gone (interrupted while the server was still importing)
 
 
 def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
@@ -138,8 +161,9 @@ def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
                               f"use all-linear or some of {', '.join(tails[:12])}")
 
 
-#: device files without one of which neither CUDA (nvidiactl), ROCm (kfd) nor WSL's GPU (dxg) runs
-GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+#: device files without one of which no GPU runtime torch uses runs: CUDA (nvidiactl), Jetson's
+#: integrated GPU (nvhost-ctrl, nvmap: no NVML there), ROCm (kfd), WSL's GPU (dxg)
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvhost-ctrl", "/dev/nvmap", "/dev/kfd", "/dev/dxg")
 
 
 def gpu_count() -> int:

@@ -64,6 +64,8 @@ def script_notes(varied: dict) -> list[str]:
 
 
 class ScriptSweep(SweepBase):
+    short_runs = False  # the script's own --max_steps decides a run's steps
+
     def __init__(self, cfg: SweepConfig, trials: list[Trial], cmd: list[str],
                  on_event: Callable[[dict], None] | None = None, planner: Planner | None = None):
         from ..attach import SocketListener
@@ -145,6 +147,8 @@ class DdpSweep(ScriptSweep):
     """Each run launched by torchrun (``torch.distributed.run``) as DDP over
     ``--nproc-per-node`` processes (and ``--nnodes`` machines); every rank reports over the
     sweep's socket with its rank."""
+
+    short_runs = True  # each rank is tracetui's own trainer, given the run's steps
 
     def __init__(self, cfg: SweepConfig, trials: list[Trial], on_event=None, planner: Planner | None = None):
         super().__init__(cfg, trials, ["ddp"], on_event=on_event, planner=planner)

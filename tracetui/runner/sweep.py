@@ -46,11 +46,14 @@ class SweepBase:
 
     #: GPUs to run trials on side by side (one lane each); None: the configured device
     lanes: list[int | None] = [None]
+    #: whether a run can be given fewer steps than ``--steps`` (a memory probe): not where a
+    #: user's script decides its own
+    short_runs = True
 
     def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
         self.cfg = cfg
         self.trials = trials
-        self.planner = planner or make_planner(cfg, trials)
+        self.planner = planner or make_planner(cfg, trials, self.short_runs)
         self.measured = Measured()
         self.plan: list[RunSpec] = []
         self.outcomes: dict[str, str] = {}

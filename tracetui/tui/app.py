@@ -154,6 +154,8 @@ class TraceApp(App):
         self.quit_reason = ""
         self._dirty = False
         self._next_summary = 0.0
+        #: whether the sweep ran at the last tick (a change is drawn at once, the notes with it)
+        self._was_running = False
         self._last_redraw = 0.0
         self._warned_cpu = False
         self.cpu = CpuMeter()
@@ -286,6 +288,10 @@ class TraceApp(App):
             self.sub_title = self.source.describe()
         if self.stages and self.source.live:
             self._dirty = True  # the stage's elapsed time counts on
+        running = self.source.running()
+        if running != self._was_running:  # the sweep ended (its last word, now) or ran again
+            self._dirty, self._next_summary = True, 0.0
+        self._was_running = running
         self._draw_within_budget()
 
     def _draw_within_budget(self) -> None:
@@ -345,7 +351,8 @@ class TraceApp(App):
                                             empty=self.idle)
             self.query_one(Timeline).show(self._lanes(run))
             if fresh:
-                self.query_one(Verdict).update_from(self.rows, self.idle, self.results, self.source.live)
+                self.query_one(Verdict).update_from(self.rows, self.idle, self.results, self.source.live,
+                                                    ended=not self.source.running())
                 shown = self.shown_rows()
                 self.query_one(PhaseChart).update_from(shown)
                 self.query_one(ThroughputChart).update_from(shown)

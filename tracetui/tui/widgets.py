@@ -264,10 +264,12 @@ class Verdict(Clipped):
     """The answer, always on screen: the verdict, the recommendation, or why there is none."""
 
     def update_from(self, rows: list[dict], fallback: str, results: Results | None = None,
-                    live: bool = True) -> None:
+                    live: bool = True, ended: bool = True) -> None:
+        """``ended``: the sweep has no more runs to make; until then what the intervals cover is
+        not said (a split's second run may be queued still)."""
         line = verdict(rows)
         rec = recommendation(rows)
-        note = scope_note(rows)
+        note = scope_note(rows) if ended else ""
         text = Text()
         failed = failures(results) if results is not None else []
         running = results is not None and any(r.status in LIVE for r in results.runs.values())

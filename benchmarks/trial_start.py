@@ -1,5 +1,7 @@
 """Where a trial's start goes: a trial forked from tracetui's fork server (as a sweep forks it),
-profiled from the fork to the beginning of its first step.
+profiled from its first line to the beginning of its first step (what comes before, the fork
+and handing over the arguments, is the ``asked_at_s`` gap between trials; the probe's hooks
+and the event queue are left out).
 
 Each of ``--trials`` trials builds the model, the data and the trainer through tracetui's worker
 code (``build_trainer``) and starts ``trainer.train()``; a callback ends it at the first
@@ -35,7 +37,8 @@ def _trial(args: dict, conn) -> None:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # the context, as a trial's first CUDA call makes it
     t1 = time.perf_counter()
-    cfg = SweepConfig(model=args["model"], seq_len=args["seq_len"], steps=3, warmup=1)
+    cfg = SweepConfig(model=args["model"], seq_len=args["seq_len"], steps=3, warmup=1,
+                      effective_batch=[args["mb"] * args["ga"]])
     precision, dtype = resolve_precision(args["precision"], device)
 
     class FirstStep(TrainerCallback):

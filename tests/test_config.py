@@ -39,6 +39,7 @@ def _err(capsys, *argv):
     (["--vary", "attn_implementation=sdpa,eager", "--attn-implementation", "eager"],
      "attn_implementation is varied, and also fixed to eager on the command line; drop one of the two"),
     (["--config", "nope.toml"], "--config: nope.toml does not exist"),
+    (["--model", "./nope-model"], "--model: folder ./nope-model does not exist; give a model folder"),
     # a flag cut short is not taken for the one it begins
     (["--effective-batc", "8"], "unrecognized arguments: --effective-batc 8 (did you mean --effective-batch?)"),
 ])

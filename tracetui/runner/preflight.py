@@ -22,6 +22,9 @@ def validate_deep(cfg: SweepConfig) -> None:
     if why:
         raise ConfigError("transformers", why)
     kind = model_kind(cfg.model)
+    if kind == "hub" and cfg.model.startswith((".", "/", "~")):
+        raise ConfigError("--model", f"folder {cfg.model} does not exist",
+                          f"give a model folder, a hub id (org/name) or a preset ({', '.join(PRESETS)})")
     if kind == "hub":
         if "/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model:
             raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id",

@@ -289,9 +289,11 @@ class TraceApp(App):
         if self.stages and self.source.live:
             self._dirty = True  # the stage's elapsed time counts on
         running = self.source.running()
-        if running != self._was_running:  # the sweep ended (its last word, now) or ran again
-            self._dirty, self._next_summary = True, 0.0
-        self._was_running = running
+        changed, self._was_running = running != self._was_running, running
+        if changed:  # the sweep ended (its last word, now) or runs again: drawn at once, whole
+            self._next_summary = 0.0
+            self.redraw()
+            return
         self._draw_within_budget()
 
     def _draw_within_budget(self) -> None:

@@ -32,7 +32,7 @@ BOUNDS: dict[str, str] = {
     "host-bound": "GPU busy under 45% of the step: the GPU waits for the host (Python, kernel launches), "
                   "so a larger micro-batch costs little more and fewer, larger micro-batches win",
     "GPU-bound": "GPU busy over 85% of the step: more rows cost proportionally more time, "
-                 "so the split matters little",
+                 "so a larger micro-batch gains little per row (the measured steps say how little)",
     "mixed": "between the two (GPU busy 45-85%, or on the CPU forward time growing neither flat nor in "
              "proportion with the rows): no single limit; the measured step times decide",
     "input-bound": "data fetch over 30% of the step: the data loader is the limit (more workers, "
@@ -42,7 +42,8 @@ BOUNDS: dict[str, str] = {
     "overhead-bound": "CPU: forward time per micro-batch grows far less than its rows "
                       "(exponent under 0.4): fixed per-call costs dominate, fewer larger micro-batches win",
     "compute-bound": "CPU: forward time grows nearly in proportion with the rows (exponent over 0.7): "
-                     "arithmetic dominates, the split matters little",
+                     "arithmetic dominates, a larger micro-batch gains little per row (the measured "
+                     "steps say how little)",
     "undetermined": "one micro-batch size measured and no GPU samples: nothing to compare against",
 }
 

@@ -83,6 +83,16 @@ def test_toml_and_flags_override(tmp_path):
     assert [s.split for s in validate(cfg)] == ["1x8", "8x1"]
 
 
+def test_until_confident_alone_asks_for_five_percent():
+    """A run's median to within 5%: fresh processes of one split differ by more than that."""
+    from tracetui.cli import build_parser
+    from tracetui.config import from_args
+
+    assert from_args(build_parser().parse_args(["--until-confident"])).until_confident == 5.0
+    assert from_args(build_parser().parse_args(["--until-confident", "2"])).until_confident == 2.0
+    assert from_args(build_parser().parse_args([])).until_confident is None
+
+
 def test_bad_toml_key_and_syntax(capsys, tmp_path):
     bad = tmp_path / "b.toml"
     bad.write_text("stepz = 3\n")

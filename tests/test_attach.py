@@ -114,6 +114,12 @@ def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_pa
     assert [(rows[s]["micro_batch"], rows[s]["grad_accum"]) for s in ("1x4", "4x1")] == [("1", "4"), ("4", "1")]
     assert rows["4x1"]["steps_measured"] == "39" and rows["4x1"]["stopped_early"] == "False"
     assert rows["1x4"]["stop_reason"] == "settled" and 5 <= int(rows["1x4"]["steps_measured"]) < 39
+    # where each run's start went: the interpreter, the script's own imports, model and data, the
+    # trainer's set-up; they add up to process start -> training, and the script's part is most
+    for r in rows.values():
+        parts = [float(r[k]) for k in ("start_interpreter_s", "start_script_s", "start_trainer_s")]
+        assert abs(sum(parts) - float(r["start_s"])) < 0.01 and all(p >= 0 for p in parts), r
+        assert parts[1] > parts[0] and r["start_imports_s"] == "", r
 
 
 def test_sweep_refuses_fixed_split_flags():

@@ -563,11 +563,15 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
     return rows
 
 
-#: a run's start, split into its parts: column -> (the stage it starts at, the stage it ends at)
+#: a run's start, split into its parts: column -> (the stage it starts at, the stage it ends at);
+#: tracetui's own runs have the first four, a swept script the interpreter, the script and the
+#: trainer (it builds its model and data in its own code)
 START_PARTS = {
     "start_imports_s": (None, "building the model"),
     "start_model_s": ("building the model", "preparing data"),
     "start_data_s": ("preparing data", "building the trainer"),
+    "start_interpreter_s": (None, "running the script"),
+    "start_script_s": ("running the script", "building the trainer"),
     "start_trainer_s": ("building the trainer", "first step"),
     "start_s": (None, "first step"),
 }

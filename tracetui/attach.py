@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .events import RUN_FINISHED, RUN_STARTED, dumps, make, parse_line
+from .events import RUN_FINISHED, RUN_STAGE, RUN_STARTED, dumps, make, parse_line
 from .knobs import SHORT
 from .trial import Trial
 
@@ -375,6 +375,7 @@ def _make_trace_callback():
                                         warmup=self.warmup),
                             max_steps=int(state.max_steps or 0)))
             self._emit(self.settings_event())  # the script's own settings, as its trainer has them
+            self._emit_start_stages()
             if not self.cuda:
                 self._emit(make("notice", self.run_id, level="info",
                                 message="running on the CPU; phases timed with the host clock"))
@@ -393,6 +394,24 @@ def _make_trace_callback():
                 if why:
                     self._emit(make("notice", self.run_id, level="warning", message=why))
                     self.sampler = None
+
+        def _emit_start_stages(self) -> None:
+            """Where a swept script's start went, told once training begins: the interpreter
+            (to the script's first line), the script's own imports, model and data (to its
+            Trainer), the trainer's set-up (to training). From the time the sweep started the
+            process and the marks tracetui's sitecustomize made in it; nothing outside a sweep."""
+            started = os.environ.get("TRACETUI_STARTED_AT")
+            marks = getattr(sys.modules.get("sitecustomize"), "_TRACETUI_MARKS", None)
+            if not started or not isinstance(marks, dict):
+                return
+            seen: dict[str, float] = {}
+            for stage, t in (("running the script", marks.get("interpreter")),
+                             ("building the trainer", marks.get("trainer")), ("first step", time.time())):
+                if t is None:
+                    continue
+                seen[stage] = round(max(0.0, t - float(started)), 3)
+                self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=seen[stage], rank=self.rank,
+                                stages=dict(seen)))
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._guard(Probe.on_step_begin, self, args, state, control, **kwargs)

@@ -7,8 +7,12 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+#: when this interpreter reached the script, and when the script began building its Trainer:
+#: TraceCallback reports them as the run's start stages (tracetui.attach)
+_TRACETUI_MARKS: dict = {"interpreter": time.time()}
 
 
 def _die_with_owner(owner: int) -> None:
@@ -59,6 +63,7 @@ def _patch_trainer(module) -> None:
     original = trainer_cls.__init__
 
     def __init__(self, *args, **kwargs):
+        _TRACETUI_MARKS.setdefault("trainer", time.time())
         original(self, *args, **kwargs)
         try:
             from tracetui.attach import TraceCallback

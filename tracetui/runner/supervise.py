@@ -175,6 +175,8 @@ class CommandChild(Child):
 
     def start(self) -> None:
         self._log = open(self.log_path, "w")
+        # the run's start stages are counted from here (TraceCallback, in the script)
+        self.env = dict(self.env, TRACETUI_STARTED_AT=repr(time.time()))
         self.proc = launch(lambda: subprocess.Popen(
             self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=die_with_this_process()))

@@ -174,3 +174,13 @@ def test_a_misspelt_start_method_is_refused_before_any_run(capsys, monkeypatch, 
     assert code == 2 and err == ("tracetui: error: TRACETUI_START: 'forksever' is neither forkserver nor spawn; "
                                  "unset it (the fork server, on Linux), or set spawn for fresh interpreters\n")
     assert not list(tmp_path.glob("*/events.jsonl"))  # nothing ran
+
+
+def test_a_model_path_with_a_tilde_is_named_and_spelt_out(capsys, monkeypatch, tmp_path):
+    """``--model "~/models/x"`` (quoted: the shell left the ~): the folder exists once expanded,
+    and the line gives the path to write instead."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "mdl").mkdir()
+    code, err = _err(capsys, "--dry-run", "--model", "~/mdl")
+    assert code == 2 and err == (f"tracetui: error: --model: ~/mdl: a ~ in a quoted path is not expanded; "
+                                 f"give it as {tmp_path / 'mdl'}\n")

@@ -23,6 +23,9 @@ def validate_deep(cfg: SweepConfig) -> None:
         raise ConfigError("transformers", why)
     kind = model_kind(cfg.model)
     if kind == "hub" and cfg.model.startswith((".", "/", "~")):
+        if cfg.model.startswith("~") and os.path.isdir(os.path.expanduser(cfg.model)):
+            raise ConfigError("--model", f"{cfg.model}: a ~ in a quoted path is not expanded",
+                              f"give it as {os.path.expanduser(cfg.model)}")
         raise ConfigError("--model", f"folder {cfg.model} does not exist",
                           f"give a model folder, a hub id (org/name) or a preset ({', '.join(PRESETS)})")
     if kind == "hub":

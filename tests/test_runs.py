@@ -77,3 +77,49 @@ def test_unreachable_hub_ids_are_config_errors(tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(tmp_path):
+    """No route to the hub (a port nobody listens on stands for it): one line says so, and the
+    checks and runs load from the cache at once instead of each waiting on the hub's retries."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connections are refused
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(PYTHONUNBUFFERED="1", HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    args = cli_args(["--export", "csv", "--model", "nobody/no-such-model", "--runs-dir", tmp_path / "runs"])
+    proc = subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert (f"tracetui: 127.0.0.1 cannot be reached (Connection refused): nobody/no-such-model load from this "
+            f"machine's cache only (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 to wait for the hub instead") in proc.stderr
+    assert "--model: cannot load 'nobody/no-such-model'" in proc.stderr
+    assert "Retry" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_hub_is_left_alone_where_it_answers_or_the_user_decided(monkeypatch):
+    import socket
+
+    from tracetui.config import SweepConfig
+    from tracetui.runner.preflight import offline_if_hub_unreachable
+
+    cfg = SweepConfig(model="nobody/some-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(4)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        assert offline_if_hub_unreachable(cfg) == "" and "HF_HUB_OFFLINE" not in os.environ
+    # closed now; yet a proxy, the user's own choice, or nothing named on the hub: left alone
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert offline_if_hub_unreachable(cfg) == ""
+    monkeypatch.delenv("HTTPS_PROXY")
+    assert offline_if_hub_unreachable(SweepConfig()) == ""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert offline_if_hub_unreachable(cfg) == "" and os.environ["HF_HUB_OFFLINE"] == "0"
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert offline_if_hub_unreachable(cfg).startswith("127.0.0.1 cannot be reached (Connection refused)")
+    assert os.environ["HF_HUB_OFFLINE"] == "1"

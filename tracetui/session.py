@@ -265,9 +265,12 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
             check_new(getattr(ns, "steps_csv", None), "--steps-csv", getattr(ns, "force", False))
         if deep:
             from .runner.lifetime import check_start_env, forking, trial_context
-            from .runner.preflight import validate_deep, validate_deep_forked
+            from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
 
             check_start_env()
+            offline = offline_if_hub_unreachable(cfg)  # before the fork server: its trials inherit it
+            if offline:
+                say(f"tracetui: {offline}")
             if not getattr(ns, "dry_run", False) and cfg.world_size == 1 and forking():
                 # the fork server imports torch, transformers and TRL (which every trial needs)
                 # and the checks run in a process forked from it, not here

@@ -86,6 +86,59 @@ def validate_deep(cfg: SweepConfig) -> None:
                               "use fp32 or bf16 on CPU")
 
 
+#: variables that route HTTPS elsewhere: a direct connection then says nothing of the hub
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def offline_if_hub_unreachable(cfg: SweepConfig, timeout_s: float = 3.0) -> str:
+    """A model or data set named by hub id, on a machine that cannot reach the hub: every load
+    (the checks, then each run) would spend about half a minute on the hub's own retries before
+    it falls back to this machine's cache. Asked once, before the fork server starts (its
+    processes inherit the answer): if the hub's host cannot be connected to within
+    ``timeout_s``, loads go straight to the cache (``HF_HUB_OFFLINE=1``,
+    ``HF_DATASETS_OFFLINE=1``). Left alone where the user set either, or routes HTTPS through a
+    proxy. Returns the line that says so ("" when nothing changed)."""
+    from urllib.parse import urlsplit
+
+    named = [flag for flag, kind in (("--model", model_kind(cfg.model)), ("--dataset", dataset_kind(cfg.dataset)))
+             if kind == "hub"]
+    if not named or any(os.environ.get(v) is not None for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return ""
+    if any(os.environ.get(v) for v in PROXY_ENV):
+        return ""
+    url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    why = _cannot_connect(host, port, timeout_s)
+    if not why:
+        return ""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    what = " and ".join(getattr(cfg, flag[2:]) for flag in named)
+    return (f"{host} cannot be reached ({why}): {what} load from this machine's cache only (HF_HUB_OFFLINE=1); "
+            f"set HF_HUB_OFFLINE=0 to wait for the hub instead")
+
+
+def _cannot_connect(host: str, port: int, timeout_s: float) -> str:
+    """Why ``host:port`` takes no TCP connection ("" if it does), within ``timeout_s`` however
+    the name lookup hangs."""
+    import socket
+    import threading
+
+    box: dict[str, str] = {}
+
+    def attempt() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            box["why"] = ""
+        except OSError as exc:
+            box["why"] = (exc.strerror or str(exc) or type(exc).__name__).strip()
+
+    t = threading.Thread(target=attempt, name="tracetui-hub-check", daemon=True)
+    t.start()
+    t.join(timeout_s + 0.5)
+    return box.get("why", f"no answer in {timeout_s:.0f} s")
+
+
 def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
     """:func:`validate_deep` in a process forked from the fork server (``ctx``), which imported
     torch, transformers, TRL and PEFT already: on this path tracetui's own process never imports

@@ -93,8 +93,8 @@ def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(tmp
     proc = subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr
-    assert (f"tracetui: 127.0.0.1 cannot be reached (Connection refused): nobody/no-such-model load from this "
-            f"machine's cache only (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 to wait for the hub instead") in proc.stderr
+    assert ("tracetui: 127.0.0.1 cannot be reached (Connection refused): nobody/no-such-model load from this "
+            "machine's cache only (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 to wait for the hub instead") in proc.stderr
     assert "--model: cannot load 'nobody/no-such-model'" in proc.stderr
     assert "Retry" not in proc.stderr and "Traceback" not in proc.stderr
 

@@ -164,6 +164,26 @@ def test_detail_pane_shows_the_why_of_the_selected_trial(size):
     assert "loss:" in detail and "4x1" in detail and "2x2" in detail  # beside the others
 
 
+def test_the_detail_pane_grows_with_its_text():
+    """A trial's detail first has two lines (before its first step), then twenty: the pane
+    is as tall as the new text at once (it used to keep the old height, cutting the why)."""
+    app = TraceApp(ReplaySource(load(H200)))
+
+    async def steps(pilot):
+        pane = app.query_one(DetailPane)
+        row, run = app.rows[0], app.results.runs[next(iter(app.results.runs))]
+        pane.show(None, None, app.rows, app.results, "", empty="starting\nbuilding the model")
+        await pilot.pause()
+        short = pane.size.height
+        pane.show(row, run, app.rows, app.results, "1x4")
+        await pilot.pause()
+        lines = len(pane.content(pane.size.width).wrap(app.console, pane.size.width))
+        return short, pane.size.height, lines
+
+    short, tall, lines = drive(app, (120, 36), steps)
+    assert short == 2 and tall == lines > 10
+
+
 def test_detail_pane_names_the_settings_as_really_run():
     app = TraceApp(ReplaySource(load(FINAL)))
 

@@ -870,7 +870,7 @@ class DetailPane(Pane):
             self.runs_of.setdefault(key, []).append(r)
         if empty:
             self.empty = empty
-        self.refresh()
+        self.refresh(layout=True)  # as tall as its new text (it scrolls in its container)
 
     def content(self, width: int) -> Text:
         row, run = self.row, self.run
@@ -975,7 +975,7 @@ class Timeline(Pane):
 
     def show(self, lanes: list[Lane]) -> None:
         self.lanes = lanes
-        self.refresh()
+        self.refresh(layout=True)
 
     def content(self, width: int) -> Text:
         if not self.lanes:

@@ -123,3 +123,7 @@ def test_the_hub_is_left_alone_where_it_answers_or_the_user_decided(monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     assert offline_if_hub_unreachable(cfg).startswith("127.0.0.1 cannot be reached (Connection refused)")
     assert os.environ["HF_HUB_OFFLINE"] == "1"
+    # an endpoint given without a scheme is named as given, not as huggingface.co
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "hub.invalid")
+    assert offline_if_hub_unreachable(cfg).startswith("hub.invalid cannot be reached (")

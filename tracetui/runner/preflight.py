@@ -107,7 +107,9 @@ def offline_if_hub_unreachable(cfg: SweepConfig, timeout_s: float = 3.0) -> str:
     if any(os.environ.get(v) for v in PROXY_ENV):
         return ""
     url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    # (an HF_ENDPOINT without a scheme, "hub.local", is all path to urlsplit: named as given)
+    host = url.hostname or url.path.split("/")[0] or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
     why = _cannot_connect(host, port, timeout_s)
     if not why:
         return ""

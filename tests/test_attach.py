@@ -197,3 +197,30 @@ def test_stale_socket_replaced_live_one_not_stolen(tmp_path):
         assert not list((tmp_path / "runs").glob("*"))  # a refused watch leaves nothing behind
     finally:
         first.close()
+
+
+def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, capsys):
+    from tracetui.cli import main
+
+    assert main(["sweep", "--dry-run", "--splits", "1x4,4x1", "--repeats", "1", "--runs-dir", str(tmp_path / "runs"),
+                 "--", "python", str(EXAMPLE), "--no_trace"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"run 1: 1x4 (effective batch 4): python {EXAMPLE} --no_trace --per_device_train_batch_size 1 "
+                   "--gradient_accumulation_steps 4",
+                   f"run 2: 4x1 (effective batch 4): python {EXAMPLE} --no_trace --per_device_train_batch_size 4 "
+                   "--gradient_accumulation_steps 1"]
+    assert not list(tmp_path.glob("runs/*/events.jsonl"))
+
+
+def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp_path):
+    """The script's callback cannot know why a run was made: the sweep marks its memory probes
+    (1x1, 2x1), which are then no rows of the summary, as in tracetui's own sweeps."""
+    out = tmp_path / "s.csv"
+    proc = run_cli("sweep", "--search", "--memory-limit", 2, "--effective-batch", 8, "--export", "csv", "-o", out,
+                   "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
+                   "--max_length", 32, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {r["effective_batch"] for r in read_csv(out)} == {"8"}
+    events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
+    probes = [e for e in events if e["type"] == "run_started" and e.get("why", "").startswith("memory probe")]
+    assert sorted(e["label"] for e in probes) == ["1x1", "2x1"]

@@ -167,3 +167,41 @@ def _kill_the_server() -> None:
     if pid:
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: process_gone(pid), 10)
+
+
+def test_ctrl_c_before_any_run_takes_the_importing_fork_server_along(tmp_path):
+    """Interrupted while the fork server still imports: tracetui exits 130 with one line, and
+    the server goes with it (it used to finish its imports first, seconds of a core)."""
+    import signal
+    import time
+    from pathlib import Path
+
+    from tracetui.runner.lifetime import process_gone
+
+    proc = subprocess.Popen([sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(tmp_path / "x.csv"),
+                             "--runs-dir", str(tmp_path / "runs"), "--repeats", "1"],
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            stderr=subprocess.PIPE, text=True)
+
+    def servers():
+        """tracetui's child that is the fork server, while it imports."""
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == proc.pid and b"forkserver" in cmdline:
+                found.append(int(stat.parent.name))
+        return found
+
+    wait_until(lambda: servers(), 30)
+    server = servers()[0]
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    # at once: it used to wait at exit for the server to finish importing (4-5 s here)
+    assert time.monotonic() - t0 < 2.5
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "tracetui: error: interrupted before any run started"
+    wait_until(lambda: process_gone(server), 1.5)

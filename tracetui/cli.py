@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         return fail_line(str(exc))
     except KeyboardInterrupt:
+        from .runner.lifetime import stop_server
+
+        stop_server()  # (it may still be importing: it would go on for seconds)
         return fail_line("interrupted before any run started", EXIT_INTERRUPTED)
     if getattr(ns, "dry_run", False):
         from .plan import dry_run_lines

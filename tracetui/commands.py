@@ -187,6 +187,13 @@ def sweep_main(argv: list[str]) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     cfg, splits = load_config(ns, deep=False)
+    if getattr(ns, "dry_run", False):
+        from .runner.script import script_dry_run_lines
+        from .search import make_planner
+
+        for line in script_dry_run_lines(make_planner(cfg, splits, short_runs=False), cmd, cfg.repeats):
+            print(line)
+        return 0
     sweep = ScriptSweep(cfg, splits, cmd)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)

@@ -250,6 +250,18 @@ def restart_server_if_gone() -> None:
     launch(shielded)
 
 
+def stop_server() -> None:
+    """Kill the fork server now: interrupted before any trial, tracetui exits while the server
+    may still be importing, and left alone tracetui's exit waited for those imports (4-5 s on a
+    2-core CPU) and the server spent them on a core. (It holds nothing a later sweep needs.)"""
+    pid = server_pid()
+    if pid and not process_gone(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def process_gone(pid: int) -> bool:
     """Whether process ``pid`` has ended (exited, or a zombie nobody has reaped yet)."""
     try:

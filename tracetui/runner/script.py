@@ -63,6 +63,26 @@ def script_notes(varied: dict) -> list[str]:
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
 
 
+def script_command(cmd: list[str], t: Trial) -> list[str]:
+    """The user's command for one trial: its split, and its varied settings, as flags."""
+    return cmd + [SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)] + script_args(t.settings_dict)
+
+
+def script_dry_run_lines(planner: Planner, cmd: list[str], repeats: int) -> list[str]:
+    """``tracetui sweep --dry-run``: each planned run with the command it would start (the
+    script's own steps and model are its own), or how the planner decides."""
+    import shlex
+
+    from ..knobs import SHORT
+
+    preview = planner.preview()
+    if preview is None:
+        return [f"{planner.name}: runs are decided as it goes"] + planner.notes()
+    return [f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
+            + (f", repeat {d.repeat + 1}" if repeats > 1 else "") + f"): {shlex.join(script_command(cmd, d.trial))}"
+            for n, d in enumerate(preview, 1)]
+
+
 class ScriptSweep(SweepBase):
     short_runs = False  # the script's own --max_steps decides a run's steps
 
@@ -96,9 +116,7 @@ class ScriptSweep(SweepBase):
         check_command(cmd, cfg.varied())
 
     def command_for(self, spec: RunSpec) -> list[str]:
-        t = spec.trial
-        return (self.cmd + [SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)]
-                + script_args(t.settings_dict))
+        return script_command(self.cmd, spec.trial)
 
     def _run_one(self, spec: RunSpec) -> str:
         inject = str(Path(__file__).resolve().parent.parent / "inject")

@@ -187,6 +187,12 @@ class SweepBase:
         with self._lock:  # lanes run side by side: one writer at a time
             if event.get("run_id") in self._stalled:
                 return  # what a stalled run sends after it was stopped is not measured
+            if event.get("type") == RUN_STARTED and not event.get("why"):
+                # a script's callback cannot know why the planner ran it (a memory probe is no
+                # split of the summary): the sweep says so, as its own workers do
+                why = next((s.why for s in self.plan if s.run_id == event.get("run_id")), "")
+                if why:
+                    event = dict(event, why=why)
             self._track(event)
             self.log.append(event)
             if self.on_event is not None:

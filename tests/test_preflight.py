@@ -121,7 +121,7 @@ def test_a_fork_server_killed_while_it_imports_leaves_the_checks_to_tracetui(mon
     assert here == [cfg]
 
 
-def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch):
+def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch, capsys):
     """A hub id whose server accepts the connection and never answers (a real socket): the
     check would wait for minutes. Ctrl-C stops it at once, and its process is gone."""
     import multiprocessing as mp
@@ -139,6 +139,7 @@ def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch):
     # a fork server started with the silent hub in its environment (its children inherit it)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(preflight, "SLOW_CHECK_S", 0.5)
     _kill_the_server()
     try:
         preflight.validate_deep_forked(SweepConfig(lora_targets="q_proj"), trial_context())  # server up
@@ -149,6 +150,9 @@ def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch):
             preflight.validate_deep_forked(SweepConfig(model="someone/some-model"), trial_context())
         assert time.monotonic() - t0 < 6
         assert held  # the check did reach the silent hub
+        # and before the Ctrl-C, tracetui said what it was waiting for
+        assert "tracetui: still checking someone/some-model and synthetic after 0 s (a hub that does not answer?)" \
+            in capsys.readouterr().err
         assert not [p for p in mp.active_children() if p.name == "tracetui-checks"]
     finally:
         _kill_the_server()  # the next test's server starts without that hub

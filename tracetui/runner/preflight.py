@@ -86,6 +86,8 @@ def validate_deep(cfg: SweepConfig) -> None:
                               "use fp32 or bf16 on CPU")
 
 
+#: seconds the forked checks may take before tracetui says it is still checking
+SLOW_CHECK_S = 30.0
 #: variables that route HTTPS elsewhere: a direct connection then says nothing of the hub
 PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
@@ -162,7 +164,12 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
                            name="tracetui-checks")
         proc.start()
         writer.close()
-        if reader in wait([reader, proc.sentinel]):
+        ready = wait([reader, proc.sentinel], SLOW_CHECK_S)
+        if not ready:  # a hub that takes the connection and never answers: say so, not silence
+            sys.stderr.write(f"tracetui: still checking {cfg.model} and {cfg.dataset} after {SLOW_CHECK_S:.0f} s "
+                             "(a hub that does not answer?); Ctrl-C stops\n")
+            ready = wait([reader, proc.sentinel])
+        if reader in ready:
             answer = reader.recv()
     except (EOFError, OSError):
         answer = None  # the fork server or the check died: the checks run here instead

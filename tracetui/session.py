@@ -322,7 +322,8 @@ def progress_printer(total_runs: int, steps: int):
             if e.get("mode") == "not started":  # skipped or unavailable: its reason follows
                 say(f"[{state['n']}{of}] {label}: not started")
                 return
-            say(f"[{state['n']}{of}] {label}: started on {where} (pid {e.get('pid')})")
+            pid = f" (pid {e['pid']})" if e.get("pid") else ""  # (none where the supervisor reports it)
+            say(f"[{state['n']}{of}] {label}: started on {where}{pid}")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
             every = max(1, total // 10)
@@ -457,8 +458,9 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         say(f"tracetui: error: {sweep.log.incomplete_message()}")
     same = getattr(sweep, "same_failure", None)
     if same and not signals.signum:
+        skipped = sum(1 for r in rows if str(r.get("message") or "").startswith("not run:"))
         say(f"tracetui: error: every run fails the same way before its first step, so the settings are at fault, "
-            f"not a split: {same}; the rest were not run")
+            f"not a split: {same}" + (f"; {skipped} more not run" if skipped else ""))
         return EXIT_USAGE
     if sweep.interrupted or signals.signum:
         done = [r.get("trial") or r["split"] for r in rows if r["status"] == "ok"]

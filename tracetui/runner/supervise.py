@@ -240,7 +240,8 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
     if code == 0:
         return "error", f"{child.silent_exit} (log: {child.log_path})"
     last = tail.strip().splitlines()[-1][:200] if tail.strip() else ""
-    return child.exit_kind, f"exited with status {code} without reporting: {last} (log: {child.log_path})"
+    said = f": {last}" if last else ""
+    return child.exit_kind, f"exited with status {code} without reporting{said} (log: {child.log_path})"
 
 
 def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: threading.Event,

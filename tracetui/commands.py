@@ -187,11 +187,15 @@ def sweep_main(argv: list[str]) -> int:
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     cfg, splits = load_config(ns, deep=False)
-    if getattr(ns, "dry_run", False):
-        from .runner.script import script_dry_run_lines
+    if getattr(ns, "dry_run", False):  # each run's command (the script's steps and model are its own)
+        import shlex
+
+        from .plan import dry_run_lines
+        from .runner.script import script_command
         from .search import make_planner
 
-        for line in script_dry_run_lines(make_planner(cfg, splits, short_runs=False), cmd, cfg.repeats):
+        for line in dry_run_lines(make_planner(cfg, splits, short_runs=False), cfg,
+                                  lambda d: ": " + shlex.join(script_command(cmd, d.trial))):
             print(line)
         return 0
     sweep = ScriptSweep(cfg, splits, cmd)

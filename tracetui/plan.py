@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import statistics
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .events import RUN_STAGE, STEP
 from .knobs import SHORT
@@ -182,13 +183,17 @@ class Measured:
                 and enough_for_interval(len(w), SETTLE_Z)]
 
 
-def dry_run_lines(planner: Planner, cfg) -> list[str]:
-    """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides."""
+def dry_run_lines(planner: Planner, cfg, what: Callable[[Decision], str] | None = None) -> list[str]:
+    """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides.
+    ``what``: the end of a run's line (default: its steps and model; a script sweep's: its
+    command)."""
     preview = planner.preview()
     if preview is None:
         return [f"{planner.name}: runs are decided as it goes"] + planner.notes()
-    steps = f"{'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps"
+    if what is None:
+        steps = f"{'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps"
+        what = lambda _d: f", {steps}, {cfg.model}"  # noqa: E731
     return [f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
-            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + f"), {steps}, {cfg.model}"
+            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + ")" + what(d)
             for n, d in enumerate(preview, 1)]
 

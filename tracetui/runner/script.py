@@ -68,21 +68,6 @@ def script_command(cmd: list[str], t: Trial) -> list[str]:
     return cmd + [SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)] + script_args(t.settings_dict)
 
 
-def script_dry_run_lines(planner: Planner, cmd: list[str], repeats: int) -> list[str]:
-    """``tracetui sweep --dry-run``: each planned run with the command it would start (the
-    script's own steps and model are its own), or how the planner decides."""
-    import shlex
-
-    from ..knobs import SHORT
-
-    preview = planner.preview()
-    if preview is None:
-        return [f"{planner.name}: runs are decided as it goes"] + planner.notes()
-    return [f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
-            + (f", repeat {d.repeat + 1}" if repeats > 1 else "") + f"): {shlex.join(script_command(cmd, d.trial))}"
-            for n, d in enumerate(preview, 1)]
-
-
 class ScriptSweep(SweepBase):
     short_runs = False  # the script's own --max_steps decides a run's steps
 

@@ -488,3 +488,31 @@ def test_watch_export_stops_and_writes_on_an_ssh_drop(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and out.exists()
+
+
+def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_signals_status(tmp_path):
+    """The last resort (tracetui.tui.app._end_if_stuck), run for real in a process of its own: a
+    monitor of a live sweep that never closed gets its summary written from its events, one
+    line, and the exit status 128 + the signal."""
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import threading
+        from tracetui.events import make
+        from tracetui.tui.app import TraceApp, _end_if_stuck
+        from tracetui.tui.sources import ReplaySource
+
+        class Live(ReplaySource):
+            live = True
+
+        events = [make("run_started", "s/4x1", label="4x1", micro_batch=4, grad_accum=1, effective_batch=4,
+                       world_size=1, repeat=0)]
+        app = TraceApp(Live(events), out_path={str(tmp_path / 'out.csv')!r})
+        app.apply_events()
+        signals = type("S", (), {{"signum": 1}})()
+        _end_if_stuck(lambda: app, threading.Event(), signals)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 129, proc.stderr
+    assert f"the monitor did not close within 45 s of the signal; summary in {tmp_path / 'out.csv'}" in proc.stderr
+    assert (tmp_path / "out.csv").read_text().startswith("machine,")

@@ -91,21 +91,49 @@ def say(line: str) -> None:
 class StopSignals:
     """Catches :data:`STOP_SIGNALS` while a sweep runs and its outputs are written.
 
-    The first signal calls ``stop`` and sets the exit status; later ones (a second Ctrl-C 50 ms
-    after the first) are only counted, so nothing can cut the writing of the outputs short. Once
-    a signal came, :meth:`release` leaves the signals ignored: the process is on its way out, and
-    a signal in its last moments would only print a ``KeyboardInterrupt`` traceback."""
+    The first signal sets the exit status and has ``stop`` called; later ones (a second Ctrl-C
+    50 ms after the first, the shell's SIGHUP after the kernel's) change nothing, so nothing can
+    cut the writing of the outputs short. ``stop`` runs on a thread of its own, woken through a
+    pipe: a handler runs on the main thread wherever it was interrupted, and one that took a lock
+    (setting an ``Event``) deadlocked when the signal had interrupted that same lock's holder: a
+    hang-up delivers two SIGHUPs close together, and the second came inside the first one's
+    ``Event.set`` (seen: a monitor that never ended). Once a signal came, :meth:`release` leaves
+    the signals ignored: the process is on its way out, and a signal in its last moments would
+    only print a ``KeyboardInterrupt`` traceback."""
 
     def __init__(self, stop=None):
+        import threading
+
         self.stop = stop
         self.signum: int | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopper = threading.Thread(target=self._stop_when_woken, name="tracetui-stop", daemon=True)
+        self._stopper.start()
         self._old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
 
     def _on_signal(self, signum, frame) -> None:  # noqa: ARG002
+        # no locks here: a plain assignment and a write to a pipe
         if self.signum is None:
             self.signum = int(signum)
-        if self.stop is not None:
+            try:
+                os.write(self._wake_w, b"s")
+            except OSError:
+                pass
+
+    def _stop_when_woken(self) -> None:
+        try:
+            woken = os.read(self._wake_r, 1)  # a signal's byte, or the end of the pipe (released)
+        except OSError:
+            return
+        finally:
+            os.close(self._wake_r)
+        if woken and self.stop is not None:
             self.stop()
+
+    def wait_stopped(self, timeout: float = 5.0) -> None:
+        """Until ``stop`` has run for a signal that came (returns at once if none came)."""
+        if self.signum is not None:
+            self._stopper.join(timeout)
 
     @property
     def name(self) -> str:
@@ -114,6 +142,10 @@ class StopSignals:
     def release(self) -> None:
         for s, old in self._old.items():
             signal.signal(s, signal.SIG_IGN if self.signum else old)
+        try:
+            os.close(self._wake_w)  # a stopper still waiting ends without stopping anything
+        except OSError:
+            pass
 
 
 _held_locks: dict[str, int] = {}

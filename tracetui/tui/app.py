@@ -10,6 +10,7 @@ back.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -170,6 +171,7 @@ class TraceApp(App):
         self.notices: list[tuple[str, str]] = []
         #: a stop signal (SIGTERM, SIGHUP, SIGINT) caught by :func:`run_app`; the timer acts on it
         self.signalled: int | None = None
+        self._terminal: int | None = None  # (set on mount: the terminal, where there is one)
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -204,6 +206,7 @@ class TraceApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._terminal = _terminal_fd(self.is_headless)
         self.query_one(Failures).display = False
         self.source.on_done = lambda: self.post_message(SourceDone())
         self.source.start(self.inbox)
@@ -283,6 +286,13 @@ class TraceApp(App):
         self.redraw()  # the last events and the verdict, at once
 
     def _tick(self) -> None:
+        if not self.signalled and _hung_up(self._terminal):
+            import signal
+
+            # A hung-up terminal reads as empty for ever (Textual's input thread then spins,
+            # noticing nothing), and its SIGHUP may not come (blocked, or handled late): the
+            # hang-up is read here, as the SIGHUP would say it
+            self.signalled = signal.SIGHUP
         if self.signalled and not self._quitting:
             self.quit_on_signal(self.signalled)
         if self.source.watching:
@@ -518,6 +528,19 @@ class TraceApp(App):
             self.source.stop()
             self._write_and_exit()
 
+    def panic(self, *renderables) -> None:
+        """Textual's input thread ends the app through here when reading the terminal fails. A
+        terminal that hung up (an SSH drop) fails every read with EIO, often before the shell's
+        SIGHUP is handled: that is the hang-up itself, and quits as it does (workers stopped,
+        what was measured written, exit 129), not as a crash that writes nothing."""
+        if _terminal_hung_up(renderables):
+            import signal
+
+            self.signalled = self.signalled or signal.SIGHUP
+            self.quit_on_signal(self.signalled)
+            return
+        super().panic(*renderables)
+
     def quit_on_signal(self, signum: int) -> None:
         """Quit as ``q`` does (workers stopped, what was measured written, the terminal given
         back), with the signal's exit status."""
@@ -566,6 +589,45 @@ def _refuse(why: str) -> int:
     from ..session import fail_line
 
     return fail_line(why)
+
+
+def _terminal_fd(headless: bool) -> int | None:
+    """The terminal the monitor reads its keys from (None when headless or not a terminal)."""
+    if headless:
+        return None
+    try:
+        fd = sys.__stdin__.fileno()
+        return fd if os.isatty(fd) else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _hung_up(fd: int | None) -> bool:
+    """Whether the terminal on ``fd`` hung up (an SSH drop): asking for its settings fails with
+    EIO from then on."""
+    if fd is None:
+        return False
+    import errno
+    import termios
+
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as exc:
+        return bool(exc.args) and exc.args[0] == errno.EIO
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _terminal_hung_up(renderables) -> bool:
+    """Whether a panic's traceback is a read of a terminal that hung up (``OSError`` EIO)."""
+    import errno
+
+    for r in renderables:
+        for stack in getattr(getattr(r, "trace", None), "stacks", None) or ():
+            if stack.exc_type == "OSError" and str(stack.exc_value).startswith(f"[Errno {errno.EIO}]"):
+                return True
+    return False
 
 
 class _TerminalOut:
@@ -666,9 +728,10 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         sweep.close()
         return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signals.signum, started)
     finally:
+        signals.release()
+        signals.wait_stopped()  # (a stop that came at the very end has started its watchdog by now)
         for timer in watchdog:
             timer.cancel()  # closed in time
-        signals.release()
 
 
 #: seconds a stop signal may take to close the monitor (it stops the workers: SIGTERM, SIGKILL
@@ -681,25 +744,51 @@ def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
     within :data:`STOP_GRACE_S` (a hang-up outlasted 60 s in a few of some hundred runs of the
     tests; cause not found). What was measured is written (the monitor's CSV from its events;
     every step is in the event log anyway), one line says so, and tracetui exits with the
-    signal's status; its trials die with it (their parent-death signal)."""
+    signal's status; its trials die with it (their parent-death signal).
+
+    Where every thread of tracetui stood is written beside the summary (``*.stuck.txt``), so that
+    the hang can be found; and if writing blocks too (a lock the stuck thread holds), tracetui
+    still exits :data:`STUCK_WRITE_S` later."""
     import os
 
     status = 128 + (signals.signum or 15)
+    backstop = threading.Timer(STUCK_WRITE_S, os._exit, (status,))
+    backstop.daemon = True
+    backstop.start()
     app = get_app()
     if not closed.is_set() and app is not None and app.source.live:
+        stacks = _dump_stacks(Path(str(app.out_path) + ".stuck.txt"))
         try:
             app.apply_events()
             app.rows = summarise(app.results, app.project_steps)
             err = app.write_csv()
             sys.__stderr__.write(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
-                                 f"{err or f'summary in {app.out_path}'}\n")
+                                 f"{err or f'summary in {app.out_path}'}{stacks}\n")
         except Exception as exc:  # noqa: BLE001 - exiting is what matters now; the events are on disk
-            sys.__stderr__.write(f"tracetui: the monitor did not close; the summary was not written ({exc})\n")
+            sys.__stderr__.write(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}\n")
     try:
         sys.__stderr__.flush()
     except (OSError, ValueError):
         pass
     os._exit(status)
+
+
+#: seconds the last resort may spend writing before tracetui exits regardless
+STUCK_WRITE_S = 10.0
+
+
+def _dump_stacks(path: Path) -> str:
+    """Every thread's stack into ``path``; the words that say where ("" if it cannot be written)."""
+    import faulthandler
+
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("tracetui: where each thread stood when the monitor had not closed after a stop signal\n")
+            fh.flush()
+            faulthandler.dump_traceback(file=fh, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
+        return ""
+    return f" (where it stood: {path})"
 
 
 def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: int | None = None,

@@ -312,8 +312,8 @@ def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(tmp_path):
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
 
 
-# (one at a time: with the three in terminals side by side, a monitor's hang-up once took more than
-# the 60 s allowed, in one of nine runs of the suite; cause not found)
+# (a monitor's hang-up once took more than the 60 s allowed in one of nine runs of the suite: the
+# signal handler's deadlock, test_a_stop_signal_that_interrupts_the_holder_of_a_lock_...)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path, sig):
     """SIGTERM used to end the monitor at once: the worker trained on and the terminal stayed

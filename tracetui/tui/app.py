@@ -741,8 +741,9 @@ STOP_GRACE_S = 45.0
 
 def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
     """The last resort after a stop signal (SIGTERM, a hang-up): the monitor has not closed
-    within :data:`STOP_GRACE_S` (a hang-up outlasted 60 s in a few of some hundred runs of the
-    tests; cause not found). What was measured is written (the monitor's CSV from its events;
+    within :data:`STOP_GRACE_S` (a hang-up once outlasted 60 s in a few of some hundred runs of
+    the tests: a signal handler that deadlocked, see :class:`~tracetui.session.StopSignals`;
+    this stays as the guard for whatever else might). What was measured is written (the monitor's CSV from its events;
     every step is in the event log anyway), one line says so, and tracetui exits with the
     signal's status; its trials die with it (their parent-death signal).
 

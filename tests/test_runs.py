@@ -113,10 +113,7 @@ def test_the_hub_is_left_alone_where_it_answers_or_the_user_decided(monkeypatch)
         listening.listen(4)
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
         assert offline_if_hub_unreachable(cfg) == "" and "HF_HUB_OFFLINE" not in os.environ
-    # closed now; yet a proxy, the user's own choice, or nothing named on the hub: left alone
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
-    assert offline_if_hub_unreachable(cfg) == ""
-    monkeypatch.delenv("HTTPS_PROXY")
+    # closed now; yet the user's own choice, or nothing named on the hub: left alone
     assert offline_if_hub_unreachable(SweepConfig()) == ""
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert offline_if_hub_unreachable(cfg) == "" and os.environ["HF_HUB_OFFLINE"] == "0"
@@ -127,3 +124,100 @@ def test_the_hub_is_left_alone_where_it_answers_or_the_user_decided(monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", "hub.invalid")
     assert offline_if_hub_unreachable(cfg).startswith("hub.invalid cannot be reached (")
+
+
+class _Proxy:
+    """A real HTTP proxy's first answer to ``CONNECT`` (``answer``; None: takes the connection
+    and never answers), on a local port; ``asked`` holds what each client sent."""
+
+    def __init__(self, answer: bytes | None):
+        import socket
+        import threading
+
+        self.answer, self.asked = answer, []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        held = []
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            held.append(conn)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            self.asked.append(data.decode("latin-1"))
+            if self.answer is not None:
+                conn.sendall(self.answer)
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("answer, why", [
+    (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", "the proxy answered 'HTTP/1.1 502 Bad Gateway'"),
+    (None, "timed out"),
+    ("refused", "Connection refused"),
+])
+def test_a_proxy_that_cannot_reach_the_hub_sends_loads_to_the_cache(monkeypatch, answer, why):
+    """Behind an HTTPS proxy that is down, or cannot open a tunnel to the hub, every load waited
+    on the hub's retries (about 30 s each): the proxy is now asked for the tunnel itself."""
+    import socket
+
+    from tracetui.config import SweepConfig
+    from tracetui.runner.preflight import offline_if_hub_unreachable
+
+    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "NO_PROXY", "no_proxy", "https_proxy",
+              "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    proxy = None
+    if answer == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # closed again: connections are refused
+    else:
+        proxy = _Proxy(answer)
+        port = proxy.port
+    monkeypatch.setenv("HTTPS_PROXY", f"http://user:secret@127.0.0.1:{port}")
+    try:
+        line = offline_if_hub_unreachable(SweepConfig(model="nobody/some-model"), timeout_s=1.0)
+    finally:
+        if proxy is not None:
+            proxy.close()
+    assert line.startswith(f"huggingface.co cannot be reached through the proxy http://127.0.0.1:{port} ({why}): "
+                           "nobody/some-model load from this machine's cache only"), line
+    assert "secret" not in line and os.environ["HF_HUB_OFFLINE"] == "1"
+    if proxy is not None:  # it was asked for a tunnel to the hub, with the credentials the URL gave
+        assert proxy.asked and proxy.asked[0].startswith("CONNECT huggingface.co:443 HTTP/1.1\r\n")
+        assert "Proxy-Authorization: Basic dXNlcjpzZWNyZXQ=" in proxy.asked[0]
+
+
+def test_a_proxy_that_opens_the_tunnel_or_is_bypassed_is_left_alone(monkeypatch):
+    from tracetui.config import SweepConfig
+    from tracetui.runner.preflight import offline_if_hub_unreachable
+
+    cfg = SweepConfig(model="nobody/some-model")
+    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "NO_PROXY", "no_proxy", "https_proxy"):
+        monkeypatch.delenv(v, raising=False)
+    proxy = _Proxy(b"HTTP/1.1 200 Connection established\r\n\r\n")
+    try:
+        monkeypatch.setenv("HTTPS_PROXY", f"127.0.0.1:{proxy.port}")  # (no scheme: http, as curl reads it)
+        assert offline_if_hub_unreachable(cfg, timeout_s=2.0) == "" and "HF_HUB_OFFLINE" not in os.environ
+        assert proxy.asked[0].startswith("CONNECT huggingface.co:443 ")
+        # a host the proxy is not used for is asked directly: a local endpoint that answers
+        monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # (would be refused)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{proxy.port}")
+        assert offline_if_hub_unreachable(cfg, timeout_s=2.0) == "" and "HF_HUB_OFFLINE" not in os.environ
+    finally:
+        proxy.close()

@@ -88,43 +88,62 @@ def validate_deep(cfg: SweepConfig) -> None:
 
 #: seconds the forked checks may take before tracetui says it is still checking
 SLOW_CHECK_S = 30.0
-#: variables that route HTTPS elsewhere: a direct connection then says nothing of the hub
-PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
-
-
 def offline_if_hub_unreachable(cfg: SweepConfig, timeout_s: float = 3.0) -> str:
     """A model or data set named by hub id, on a machine that cannot reach the hub: every load
     (the checks, then each run) would spend about half a minute on the hub's own retries before
     it falls back to this machine's cache. Asked once, before the fork server starts (its
     processes inherit the answer): if the hub's host cannot be connected to within
-    ``timeout_s``, loads go straight to the cache (``HF_HUB_OFFLINE=1``,
-    ``HF_DATASETS_OFFLINE=1``). Left alone where the user set either, or routes HTTPS through a
-    proxy. Returns the line that says so ("" when nothing changed)."""
+    ``timeout_s`` (through the HTTPS proxy the environment names, where one is used for it: the
+    proxy must take the connection and open a tunnel to the hub), loads go straight to the cache
+    (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``). Left alone where the user set either.
+    Returns the line that says so ("" when nothing changed)."""
     from urllib.parse import urlsplit
 
     named = [flag for flag, kind in (("--model", model_kind(cfg.model)), ("--dataset", dataset_kind(cfg.dataset)))
              if kind == "hub"]
     if not named or any(os.environ.get(v) is not None for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return ""
-    if any(os.environ.get(v) for v in PROXY_ENV):
-        return ""
     url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     # (an HF_ENDPOINT without a scheme, "hub.local", is all path to urlsplit: named as given)
     host = url.hostname or url.path.split("/")[0] or "huggingface.co"
     port = url.port or (80 if url.scheme == "http" else 443)
-    why = _cannot_connect(host, port, timeout_s)
+    proxy = _proxy_for(host, "http" if url.scheme == "http" else "https")
+    why = _cannot_connect(host, port, timeout_s, proxy)
     if not why:
         return ""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     what = " and ".join(getattr(cfg, flag[2:]) for flag in named)
-    return (f"{host} cannot be reached ({why}): {what} load from this machine's cache only (HF_HUB_OFFLINE=1); "
+    via = f" through the proxy {_shown(proxy)}" if proxy else ""
+    return (f"{host} cannot be reached{via} ({why}): {what} load from this machine's cache only (HF_HUB_OFFLINE=1); "
             f"set HF_HUB_OFFLINE=0 to wait for the hub instead")
 
 
-def _cannot_connect(host: str, port: int, timeout_s: float) -> str:
+def _proxy_for(host: str, scheme: str) -> str | None:
+    """The proxy the environment routes ``scheme`` requests to ``host`` through (``*_PROXY``
+    less ``NO_PROXY``, as the hub's HTTP clients read them), or None."""
+    from urllib.request import getproxies, proxy_bypass
+
+    proxies = getproxies()
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy or proxy_bypass(host):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _shown(proxy: str) -> str:
+    """A proxy's address without the credentials it may carry."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(proxy)
+    return f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")
+
+
+def _cannot_connect(host: str, port: int, timeout_s: float, proxy: str | None = None) -> str:
     """Why ``host:port`` takes no TCP connection ("" if it does), within ``timeout_s`` however
-    the name lookup hangs."""
+    the name lookup hangs. Through an HTTP proxy: the proxy must take the connection and, for
+    HTTPS (port 443 or any other), answer a ``CONNECT`` to the host with 200; other proxies
+    (SOCKS, HTTPS) must take the connection."""
     import socket
     import threading
 
@@ -132,8 +151,11 @@ def _cannot_connect(host: str, port: int, timeout_s: float) -> str:
 
     def attempt() -> None:
         try:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-            box["why"] = ""
+            if proxy is None:
+                socket.create_connection((host, port), timeout=timeout_s).close()
+                box["why"] = ""
+                return
+            box["why"] = _through_proxy(proxy, host, port, timeout_s)
         except OSError as exc:
             box["why"] = (exc.strerror or str(exc) or type(exc).__name__).strip()
 
@@ -141,6 +163,34 @@ def _cannot_connect(host: str, port: int, timeout_s: float) -> str:
     t.start()
     t.join(timeout_s + 0.5)
     return box.get("why", f"no answer in {timeout_s:.0f} s")
+
+
+def _through_proxy(proxy: str, host: str, port: int, timeout_s: float) -> str:
+    import base64
+    import socket
+    from urllib.parse import unquote, urlsplit
+
+    u = urlsplit(proxy)
+    default = {"http": 80, "https": 443}.get(u.scheme, 1080)
+    with socket.create_connection((u.hostname or "", u.port or default), timeout=timeout_s) as s:
+        if u.scheme != "http" or port == 80:  # only a plain HTTP proxy's tunnel can be asked here
+            return ""
+        auth = ""
+        if u.username is not None:
+            token = base64.b64encode(f"{unquote(u.username)}:{unquote(u.password or '')}".encode()).decode()
+            auth = f"Proxy-Authorization: Basic {token}\r\n"
+        s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}\r\n".encode())
+        answer = b""
+        while b"\r\n" not in answer and len(answer) < 4096:
+            chunk = s.recv(1024)
+            if not chunk:
+                break
+            answer += chunk
+    line = answer.split(b"\r\n", 1)[0].decode("latin-1").strip()
+    parts = line.split(None, 2)
+    if len(parts) >= 2 and parts[0].startswith("HTTP/") and parts[1] == "200":
+        return ""
+    return f"the proxy answered {line!r}" if line else "the proxy closed the connection"
 
 
 def validate_deep_forked(cfg: SweepConfig, ctx) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, cli_args, read_csv, run_main
+from .conftest import ROOT, cli_args, read_csv, run_main, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -150,74 +150,106 @@ class _Proxy:
                 return
             held.append(conn)
             data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(4096)
+            while b"\r\n\r\n" not in data and b"\n\n" not in data:
+                try:
+                    chunk = conn.recv(4096)
+                except OSError:
+                    break
                 if not chunk:
                     break
                 data += chunk
             self.asked.append(data.decode("latin-1"))
             if self.answer is not None:
-                conn.sendall(self.answer)
+                try:
+                    conn.sendall(self.answer)
+                except OSError:  # (a client that only connected, and went)
+                    pass
                 conn.close()
 
     def close(self) -> None:
         self.sock.close()
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connections are refused
+
+
+def _no_hub_settings(monkeypatch) -> None:
+    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "NO_PROXY", "no_proxy", "https_proxy",
+              "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+
+
 @pytest.mark.parametrize("answer, why", [
     (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", "the proxy answered 'HTTP/1.1 502 Bad Gateway'"),
+    (b"HTTP/1.0 403 Forbidden\n\n", "the proxy answered 'HTTP/1.0 403 Forbidden'"),  # (a bare newline)
     (None, "timed out"),
     ("refused", "Connection refused"),
 ])
-def test_a_proxy_that_cannot_reach_the_hub_sends_loads_to_the_cache(monkeypatch, answer, why):
+def test_a_hub_reachable_neither_directly_nor_through_the_proxy_sends_loads_to_the_cache(monkeypatch, answer, why):
     """Behind an HTTPS proxy that is down, or cannot open a tunnel to the hub, every load waited
-    on the hub's retries (about 30 s each): the proxy is now asked for the tunnel itself."""
-    import socket
-
+    on the hub's retries (about 30 s each): the proxy is now asked for the tunnel itself, beside
+    the direct route (here a refused local endpoint stands for the hub)."""
     from tracetui.config import SweepConfig
     from tracetui.runner.preflight import offline_if_hub_unreachable
 
-    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "NO_PROXY", "no_proxy", "https_proxy",
-              "HF_DATASETS_OFFLINE"):
-        monkeypatch.delenv(v, raising=False)
-    proxy = None
-    if answer == "refused":
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]  # closed again: connections are refused
-    else:
-        proxy = _Proxy(answer)
-        port = proxy.port
+    _no_hub_settings(monkeypatch)
+    hub = _closed_port()
+    monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{hub}")
+    proxy = None if answer == "refused" else _Proxy(answer)
+    port = _closed_port() if proxy is None else proxy.port
     monkeypatch.setenv("HTTPS_PROXY", f"http://user:secret@127.0.0.1:{port}")
     try:
         line = offline_if_hub_unreachable(SweepConfig(model="nobody/some-model"), timeout_s=1.0)
     finally:
         if proxy is not None:
             proxy.close()
-    assert line.startswith(f"huggingface.co cannot be reached through the proxy http://127.0.0.1:{port} ({why}): "
-                           "nobody/some-model load from this machine's cache only"), line
+    assert line.startswith(f"127.0.0.1 cannot be reached directly (Connection refused) or through the proxy "
+                           f"http://127.0.0.1:{port} ({why}): nobody/some-model load from this machine's cache only"), line
     assert "secret" not in line and os.environ["HF_HUB_OFFLINE"] == "1"
     if proxy is not None:  # it was asked for a tunnel to the hub, with the credentials the URL gave
-        assert proxy.asked and proxy.asked[0].startswith("CONNECT huggingface.co:443 HTTP/1.1\r\n")
+        assert proxy.asked and proxy.asked[0].startswith(f"CONNECT 127.0.0.1:{hub} HTTP/1.1\r\n")
         assert "Proxy-Authorization: Basic dXNlcjpzZWNyZXQ=" in proxy.asked[0]
 
 
-def test_a_proxy_that_opens_the_tunnel_or_is_bypassed_is_left_alone(monkeypatch):
+def test_a_route_that_works_leaves_the_hub_alone(monkeypatch):
+    """The proxy opens the tunnel (the direct route refused), or the direct route works (the
+    proxy dead: which one the hub's client takes is its own reading of NO_PROXY), or a plain
+    HTTP endpoint's proxy takes the connection (no tunnel asked for): nothing changes."""
     from tracetui.config import SweepConfig
     from tracetui.runner.preflight import offline_if_hub_unreachable
 
     cfg = SweepConfig(model="nobody/some-model")
-    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "NO_PROXY", "no_proxy", "https_proxy"):
-        monkeypatch.delenv(v, raising=False)
+    _no_hub_settings(monkeypatch)
     proxy = _Proxy(b"HTTP/1.1 200 Connection established\r\n\r\n")
     try:
+        monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{_closed_port()}")
         monkeypatch.setenv("HTTPS_PROXY", f"127.0.0.1:{proxy.port}")  # (no scheme: http, as curl reads it)
         assert offline_if_hub_unreachable(cfg, timeout_s=2.0) == "" and "HF_HUB_OFFLINE" not in os.environ
-        assert proxy.asked[0].startswith("CONNECT huggingface.co:443 ")
-        # a host the proxy is not used for is asked directly: a local endpoint that answers
-        monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # (would be refused)
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        assert proxy.asked[0].startswith("CONNECT 127.0.0.1:")
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{_closed_port()}")  # dead; the endpoint answers
         monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{proxy.port}")
         assert offline_if_hub_unreachable(cfg, timeout_s=2.0) == "" and "HF_HUB_OFFLINE" not in os.environ
+        asked = len(proxy.asked)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        assert offline_if_hub_unreachable(cfg, timeout_s=2.0) == "" and "HF_HUB_OFFLINE" not in os.environ
+        wait_until(lambda: len(proxy.asked) > asked, 5)
+        assert proxy.asked[-1] == ""  # (the connection only: nothing was sent)
     finally:
         proxy.close()
+
+
+def test_a_proxy_setting_that_cannot_be_read_is_no_crash(monkeypatch):
+    from tracetui.config import SweepConfig
+    from tracetui.runner.preflight import offline_if_hub_unreachable
+
+    _no_hub_settings(monkeypatch)
+    monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:99999")
+    line = offline_if_hub_unreachable(SweepConfig(model="nobody/some-model"), timeout_s=1.0)
+    assert line.startswith("127.0.0.1 cannot be reached (Connection refused): "), line

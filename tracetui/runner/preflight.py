@@ -92,11 +92,13 @@ def offline_if_hub_unreachable(cfg: SweepConfig, timeout_s: float = 3.0) -> str:
     """A model or data set named by hub id, on a machine that cannot reach the hub: every load
     (the checks, then each run) would spend about half a minute on the hub's own retries before
     it falls back to this machine's cache. Asked once, before the fork server starts (its
-    processes inherit the answer): if the hub's host cannot be connected to within
-    ``timeout_s`` (through the HTTPS proxy the environment names, where one is used for it: the
-    proxy must take the connection and open a tunnel to the hub), loads go straight to the cache
-    (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``). Left alone where the user set either.
-    Returns the line that says so ("" when nothing changed)."""
+    processes inherit the answer): if the hub's host can be reached by no route within
+    ``timeout_s`` (directly, nor through the proxy the environment names for it, which must
+    take the connection and, for HTTPS, open a tunnel to the hub), loads go straight to the
+    cache (``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``). Both routes are tried, side by
+    side: which one the hub's client takes (``NO_PROXY``'s forms differ between clients) is not
+    judged here, so a route that works is never taken away. Left alone where the user set
+    either variable. Returns the line that says so ("" when nothing changed)."""
     from urllib.parse import urlsplit
 
     named = [flag for flag, kind in (("--model", model_kind(cfg.model)), ("--dataset", dataset_kind(cfg.dataset)))
@@ -106,29 +108,51 @@ def offline_if_hub_unreachable(cfg: SweepConfig, timeout_s: float = 3.0) -> str:
     url = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     # (an HF_ENDPOINT without a scheme, "hub.local", is all path to urlsplit: named as given)
     host = url.hostname or url.path.split("/")[0] or "huggingface.co"
-    port = url.port or (80 if url.scheme == "http" else 443)
-    proxy = _proxy_for(host, "http" if url.scheme == "http" else "https")
-    why = _cannot_connect(host, port, timeout_s, proxy)
-    if not why:
+    https = url.scheme != "http"
+    port = _port(url) or (443 if https else 80)
+    proxy = _proxy_for("https" if https else "http")
+    whys = _reach(host, port, https, proxy, timeout_s)
+    if any(why == "" for why in whys):
         return ""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     what = " and ".join(getattr(cfg, flag[2:]) for flag in named)
-    via = f" through the proxy {_shown(proxy)}" if proxy else ""
-    return (f"{host} cannot be reached{via} ({why}): {what} load from this machine's cache only (HF_HUB_OFFLINE=1); "
+    routes = (f"directly ({whys[0]}) or through the proxy {_shown(proxy)} ({whys[1]})" if proxy
+              else f"({whys[0]})")
+    return (f"{host} cannot be reached {routes}: {what} load from this machine's cache only (HF_HUB_OFFLINE=1); "
             f"set HF_HUB_OFFLINE=0 to wait for the hub instead")
 
 
-def _proxy_for(host: str, scheme: str) -> str | None:
-    """The proxy the environment routes ``scheme`` requests to ``host`` through (``*_PROXY``
-    less ``NO_PROXY``, as the hub's HTTP clients read them), or None."""
-    from urllib.request import getproxies, proxy_bypass
+def _port(url) -> int | None:
+    try:
+        return url.port
+    except ValueError:  # out of range or not a number
+        return None
+
+
+def _proxy_for(scheme: str) -> str | None:
+    """The proxy the environment names for ``scheme`` (``HTTPS_PROXY``, ``ALL_PROXY``, ...; as
+    curl and the hub's clients read them, with ``http://`` where no scheme is given), or None;
+    one whose address cannot be read is left to the hub's client to refuse."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies
 
     proxies = getproxies()
     proxy = proxies.get(scheme) or proxies.get("all")
-    if not proxy or proxy_bypass(host):
+    if not proxy:
         return None
-    return proxy if "://" in proxy else f"http://{proxy}"
+    proxy = proxy if "://" in proxy else f"http://{proxy}"
+    u = urlsplit(proxy)
+    try:
+        u.port
+    except ValueError:
+        return None
+    return proxy if u.hostname else None
+
+
+def _hostport(host: str, port: int | None = None) -> str:
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port else host
 
 
 def _shown(proxy: str) -> str:
@@ -136,57 +160,74 @@ def _shown(proxy: str) -> str:
     from urllib.parse import urlsplit
 
     u = urlsplit(proxy)
-    return f"{u.scheme}://{u.hostname}" + (f":{u.port}" if u.port else "")
+    return f"{u.scheme}://{_hostport(u.hostname or '', u.port)}"
 
 
-def _cannot_connect(host: str, port: int, timeout_s: float, proxy: str | None = None) -> str:
-    """Why ``host:port`` takes no TCP connection ("" if it does), within ``timeout_s`` however
-    the name lookup hangs. Through an HTTP proxy: the proxy must take the connection and, for
-    HTTPS (port 443 or any other), answer a ``CONNECT`` to the host with 200; other proxies
-    (SOCKS, HTTPS) must take the connection."""
+def _reach(host: str, port: int, https: bool, proxy: str | None, timeout_s: float) -> list[str]:
+    """Why ``host:port`` cannot be reached directly, then (where a proxy is named) through it:
+    "" for a route that works. All within ``timeout_s`` however a name lookup hangs."""
     import socket
     import threading
+    import time
 
-    box: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    whys = ["no answer in %.0f s" % timeout_s] * (2 if proxy else 1)
 
-    def attempt() -> None:
+    def attempt(i: int) -> None:
         try:
-            if proxy is None:
+            if i == 0:
                 socket.create_connection((host, port), timeout=timeout_s).close()
-                box["why"] = ""
-                return
-            box["why"] = _through_proxy(proxy, host, port, timeout_s)
+                whys[0] = ""
+            else:
+                whys[1] = _through_proxy(proxy, host, port, https, deadline)
         except OSError as exc:
-            box["why"] = (exc.strerror or str(exc) or type(exc).__name__).strip()
+            whys[i] = (exc.strerror or str(exc) or type(exc).__name__).strip()
+        except ValueError as exc:  # an address that cannot be used
+            whys[i] = str(exc)
 
-    t = threading.Thread(target=attempt, name="tracetui-hub-check", daemon=True)
-    t.start()
-    t.join(timeout_s + 0.5)
-    return box.get("why", f"no answer in {timeout_s:.0f} s")
+    threads = [threading.Thread(target=attempt, args=(i,), name="tracetui-hub-check", daemon=True)
+               for i in range(len(whys))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline + 0.5 - time.monotonic()))
+    return list(whys)
 
 
-def _through_proxy(proxy: str, host: str, port: int, timeout_s: float) -> str:
+def _through_proxy(proxy: str, host: str, port: int, https: bool, deadline: float) -> str:
+    """Through an HTTP proxy, for HTTPS: the proxy takes the connection and answers a
+    ``CONNECT`` to the host with 200. Plain HTTP through it, and other proxies (SOCKS, HTTPS):
+    it takes the connection."""
     import base64
     import socket
+    import time
     from urllib.parse import unquote, urlsplit
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("timed out")
+        return remaining
 
     u = urlsplit(proxy)
     default = {"http": 80, "https": 443}.get(u.scheme, 1080)
-    with socket.create_connection((u.hostname or "", u.port or default), timeout=timeout_s) as s:
-        if u.scheme != "http" or port == 80:  # only a plain HTTP proxy's tunnel can be asked here
+    with socket.create_connection((u.hostname or "", u.port or default), timeout=left()) as s:
+        if u.scheme != "http" or not https:  # only a plain HTTP proxy's tunnel can be asked here
             return ""
         auth = ""
         if u.username is not None:
             token = base64.b64encode(f"{unquote(u.username)}:{unquote(u.password or '')}".encode()).decode()
             auth = f"Proxy-Authorization: Basic {token}\r\n"
-        s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}\r\n".encode())
+        target = _hostport(host, port)
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n".encode())
         answer = b""
-        while b"\r\n" not in answer and len(answer) < 4096:
+        while b"\n" not in answer and len(answer) < 4096:
+            s.settimeout(left())
             chunk = s.recv(1024)
             if not chunk:
                 break
             answer += chunk
-    line = answer.split(b"\r\n", 1)[0].decode("latin-1").strip()
+    line = answer.split(b"\n", 1)[0].decode("latin-1").strip()
     parts = line.split(None, 2)
     if len(parts) >= 2 and parts[0].startswith("HTTP/") and parts[1] == "200":
         return ""

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import termios
 import textwrap
-import warnings
 import threading
 import time
 from pathlib import Path
@@ -320,9 +319,7 @@ def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path,
     in the alternate screen. A hang-up ended it with no CSV."""
     got = _stopped_by_a_signal(tmp_path, sig, monitor=True)
     stuck = Path(str(got["out"]) + ".stuck.txt")
-    if stuck.exists():  # the last resort ended it: pass (that is the product's answer) but show where it hung
-        warnings.warn(f"the monitor did not close after {signal.Signals(sig).name}; where it stood:\n"
-                      + stuck.read_text()[-6000:])
+    assert not stuck.exists(), "the monitor hung; where it stood:\n" + stuck.read_text()[-6000:]
     assert got["code"] == 128 + sig, got["screen"][-2000:]
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
     if sig == signal.SIGTERM:
@@ -603,7 +600,51 @@ def test_a_released_stop_signal_watcher_stops_nothing():
     from tracetui.session import StopSignals
 
     calls = []
+    before = signal.getsignal(signal.SIGTERM)
     signals = StopSignals(stop=lambda: calls.append(1))
     signals.release()
+    signals.release()  # (twice: nothing else is closed)
     signals._stopper.join(5)
     assert not signals._stopper.is_alive() and calls == [] and signals.signum is None
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_hung_up_terminal_is_read_as_such():
+    """What the monitor reads a hang-up from: a terminal whose other end closed answers no
+    question about its settings (EIO), and a panic of Textual's input thread whose exception is
+    that EIO; not a live terminal, not another error raised while handling one."""
+    import errno
+
+    import rich.traceback
+
+    from tracetui.tui.app import _hung_up, _terminal_hung_up
+
+    main, sub = pty.openpty()
+    try:
+        assert not _hung_up(sub) and not _hung_up(None)
+        os.close(main)
+        assert _hung_up(sub)
+    finally:
+        os.close(sub)
+
+    def panic_of(raise_it):
+        try:
+            raise_it()
+        except Exception:  # noqa: BLE001
+            return rich.traceback.Traceback()
+
+    def eio():
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    def key_error_while_handling_eio():
+        try:
+            eio()
+        except OSError:
+            raise KeyError("x")
+
+    def ebadf():
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    assert _terminal_hung_up([panic_of(eio)])
+    assert not _terminal_hung_up([panic_of(key_error_while_handling_eio)])
+    assert not _terminal_hung_up([panic_of(ebadf), "text"])

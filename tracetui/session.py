@@ -106,19 +106,27 @@ class StopSignals:
 
         self.stop = stop
         self.signum: int | None = None
+        self._old: dict = {}
         self._wake_r, self._wake_w = os.pipe()
+        try:
+            for s in STOP_SIGNALS:  # (raises off the main thread: nothing is left behind then)
+                self._old[s] = signal.signal(s, self._on_signal)
+        except BaseException:
+            self.release()
+            os.close(self._wake_r)
+            raise
         self._stopper = threading.Thread(target=self._stop_when_woken, name="tracetui-stop", daemon=True)
         self._stopper.start()
-        self._old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
 
     def _on_signal(self, signum, frame) -> None:  # noqa: ARG002
         # no locks here: a plain assignment and a write to a pipe
         if self.signum is None:
             self.signum = int(signum)
-            try:
-                os.write(self._wake_w, b"s")
-            except OSError:
-                pass
+            if self._wake_w >= 0:
+                try:
+                    os.write(self._wake_w, b"s")
+                except OSError:
+                    pass
 
     def _stop_when_woken(self) -> None:
         try:
@@ -128,11 +136,14 @@ class StopSignals:
         finally:
             os.close(self._wake_r)
         if woken and self.stop is not None:
-            self.stop()
+            try:
+                self.stop()
+            except Exception as exc:  # noqa: BLE001 - said, and the exit status still says the signal
+                say(f"tracetui: stopping after {self.name} failed: {type(exc).__name__}: {exc}")
 
     def wait_stopped(self, timeout: float = 5.0) -> None:
         """Until ``stop`` has run for a signal that came (returns at once if none came)."""
-        if self.signum is not None:
+        if self.signum is not None and getattr(self, "_stopper", None) is not None:
             self._stopper.join(timeout)
 
     @property
@@ -140,12 +151,16 @@ class StopSignals:
         return signal.Signals(self.signum).name if self.signum else ""
 
     def release(self) -> None:
-        for s, old in self._old.items():
-            signal.signal(s, signal.SIG_IGN if self.signum else old)
-        try:
+        """Give the signals back (ignored from now on if one came); once is enough."""
+        for s in self._old:  # ignored first: a signal in between must not meet the old handler
+            signal.signal(s, signal.SIG_IGN)
+        if self.signum is None:
+            for s, old in self._old.items():
+                signal.signal(s, old)
+        self._old = {}
+        if self._wake_w >= 0:
             os.close(self._wake_w)  # a stopper still waiting ends without stopping anything
-        except OSError:
-            pass
+            self._wake_w = -1
 
 
 _held_locks: dict[str, int] = {}

@@ -172,6 +172,9 @@ class TraceApp(App):
         #: a stop signal (SIGTERM, SIGHUP, SIGINT) caught by :func:`run_app`; the timer acts on it
         self.signalled: int | None = None
         self._terminal: int | None = None  # (set on mount: the terminal, where there is one)
+        #: called with the signal when the monitor itself finds a reason to stop (a hung-up
+        #: terminal), as a caught signal would be: :func:`run_app` sets it
+        self.stop_requested = None
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -287,12 +290,10 @@ class TraceApp(App):
 
     def _tick(self) -> None:
         if not self.signalled and _hung_up(self._terminal):
-            import signal
-
             # A hung-up terminal reads as empty for ever (Textual's input thread then spins,
             # noticing nothing), and its SIGHUP may not come (blocked, or handled late): the
             # hang-up is read here, as the SIGHUP would say it
-            self.signalled = signal.SIGHUP
+            self._hang_up()
         if self.signalled and not self._quitting:
             self.quit_on_signal(self.signalled)
         if self.source.watching:
@@ -534,12 +535,19 @@ class TraceApp(App):
         SIGHUP is handled: that is the hang-up itself, and quits as it does (workers stopped,
         what was measured written, exit 129), not as a crash that writes nothing."""
         if _terminal_hung_up(renderables):
-            import signal
-
-            self.signalled = self.signalled or signal.SIGHUP
+            self._hang_up()
             self.quit_on_signal(self.signalled)
             return
         super().panic(*renderables)
+
+    def _hang_up(self) -> None:
+        """The terminal hung up: stop as on a SIGHUP (through :func:`run_app`, which also arms
+        its last resort), quitting on the next tick."""
+        import signal
+
+        if self.stop_requested is not None:
+            self.stop_requested(signal.SIGHUP)
+        self.signalled = self.signalled or signal.SIGHUP
 
     def quit_on_signal(self, signum: int) -> None:
         """Quit as ``q`` does (workers stopped, what was measured written, the terminal given
@@ -624,9 +632,10 @@ def _terminal_hung_up(renderables) -> bool:
     import errno
 
     for r in renderables:
-        for stack in getattr(getattr(r, "trace", None), "stacks", None) or ():
-            if stack.exc_type == "OSError" and str(stack.exc_value).startswith(f"[Errno {errno.EIO}]"):
-                return True
+        stacks = getattr(getattr(r, "trace", None), "stacks", None) or ()
+        # the exception raised (first), not one it was raised while handling
+        if stacks and stacks[0].exc_type == "OSError" and str(stacks[0].exc_value).startswith(f"[Errno {errno.EIO}]"):
+            return True
     return False
 
 
@@ -671,8 +680,7 @@ def _quit_on_signals(app: TraceApp):
     """SIGTERM, SIGHUP or SIGINT make ``app`` quit as ``q`` does (see :func:`run_app`)."""
     from ..session import StopSignals
 
-    signals = StopSignals()
-    signals.stop = lambda: setattr(app, "signalled", signals.signum)
+    signals = StopSignals(stop=lambda: setattr(app, "signalled", signals.signum))
     return signals
 
 
@@ -695,11 +703,11 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
     closed = threading.Event()
     watchdog: list[threading.Timer] = []
 
-    def stop() -> None:
+    def stop(signum: int | None = None) -> None:
+        if app is not None:  # its timer quits, on the app's own thread
+            app.signalled = signals.signum or signum or app.signalled
         if sweep is not None:
             sweep.stop()
-        if app is not None:
-            app.signalled = signals.signum  # its timer quits, on the app's own thread
         if not watchdog:
             watchdog.append(threading.Timer(STOP_GRACE_S, _end_if_stuck, (lambda: app, closed, signals)))
             watchdog[0].daemon = True
@@ -722,6 +730,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=subtitle,
                        project_steps=ns.project_steps, force=getattr(ns, "force", False))
         app.signalled = signals.signum
+        app.stop_requested = stop
         started = time.monotonic()
         _run_on_terminal(app)
         closed.set()
@@ -752,11 +761,13 @@ def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
     still exits :data:`STUCK_WRITE_S` later."""
     import os
 
-    status = 128 + (signals.signum or 15)
+    app = get_app()
+    if closed.is_set():
+        return  # closed after all (its timer was to be cancelled)
+    status = 128 + (signals.signum or getattr(app, "signalled", None) or 15)
     backstop = threading.Timer(STUCK_WRITE_S, os._exit, (status,))
     backstop.daemon = True
     backstop.start()
-    app = get_app()
     if not closed.is_set() and app is not None and app.source.live:
         stacks = _dump_stacks(Path(str(app.out_path) + ".stuck.txt"))
         try:

@@ -224,3 +224,31 @@ def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp
     events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
     probes = [e for e in events if e["type"] == "run_started" and e.get("why", "").startswith("memory probe")]
     assert sorted(e["label"] for e in probes) == ["1x1", "2x1"]
+
+
+def test_a_script_that_trains_twice_is_measured_once(tmp_path):
+    """A script with two trainings in one process (a second stage, a second Trainer): under
+    `tracetui sweep` both used to report as the same run, their steps pooled into one row. The
+    first is measured; the later one stops after its first step, and the run says why."""
+    twice = tmp_path / "two_stages.py"
+    twice.write_text(
+        "import runpy, sys\n"
+        f"example = {str(EXAMPLE)!r}\n"
+        "argv = [example, *sys.argv[1:]]\n"
+        "for stage in (1, 2):\n"
+        "    sys.argv = list(argv)\n"
+        "    runpy.run_path(example, run_name='__main__')\n"
+        "print('both stages done', flush=True)\n")
+    out, runs = tmp_path / "t.csv", tmp_path / "runs"
+    proc = run_cli("sweep", "--splits", "4x1", "--warmup", 1, "--export", "csv", "-o", out, "--runs-dir", runs,
+                   "--", sys.executable, twice, "--no_trace", "--max_steps", 6, "--max_length", 32,
+                   "--logging_steps", 100, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_csv(out)
+    assert [(r["split"], r["status"], r["steps_measured"]) for r in rows] == [("4x1", "ok", "5")]
+    events = read_events([next(runs.glob("*/events.jsonl"))]).events
+    assert sum(e["type"] == "run_started" for e in events) == 1
+    assert [e["step"] for e in events if e["type"] == "step"] == [1, 2, 3, 4, 5, 6]
+    notices = [e["message"] for e in events if e["type"] == "notice" and "trained again" in e.get("message", "")]
+    assert len(notices) == 1 and "only the first is measured" in notices[0]
+    assert "both stages done" in next(runs.glob("*/4x1*.log")).read_text()

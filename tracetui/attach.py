@@ -289,6 +289,11 @@ def _run_id() -> str:
     return f"{host}-{os.getpid()}-{time.strftime('%H%M%S')}"
 
 
+#: a sweep's trial (its run id given by the sweep) has measured its training: a script that
+#: trains again in the same process (a second stage, a second Trainer) is not pooled into it
+_sweep_run_measured = False
+
+
 def _callback_base():
     from .probe.callback import Probe
 
@@ -324,6 +329,8 @@ def _make_trace_callback():
             self.sink: SocketSink | None = None
             self.sampler = None
             self.failed = False
+            #: a training after the one a sweep's trial measures: stopped, not measured
+            self.later_training = False
             self._t0 = None
 
         def _emit(self, event: dict) -> None:
@@ -331,7 +338,7 @@ def _make_trace_callback():
                 self.sink.emit(event)
 
         def _guard(self, fn, *args, **kwargs):
-            if self.failed:
+            if self.failed or self.later_training:
                 return None
             try:
                 return fn(*args, **kwargs)
@@ -344,7 +351,30 @@ def _make_trace_callback():
 
         # -- callback events, each guarded ------------------------------------------------------
         def on_train_begin(self, args, state, control, model=None, **kwargs):
+            global _sweep_run_measured
+            if os.environ.get("TRACETUI_RUN_ID") and _sweep_run_measured:
+                self._guard(self._skip_later_training, args, control)
+                return
             self._guard(self._begin, args, state, control, model, kwargs.get("optimizer"))
+            if os.environ.get("TRACETUI_RUN_ID") and not self.failed:
+                _sweep_run_measured = True
+
+        def _skip_later_training(self, args, control) -> None:
+            """The script trains again after the training its trial measured: that one stops
+            after its first step, and the run says so (a sweep measures one training a run)."""
+            self.later_training = True
+            control.should_training_stop = True
+            rank = int(getattr(args, "local_process_index", getattr(args, "process_index", 0)))
+            if rank != 0:
+                return
+            path = self.jsonl_path or os.path.join(
+                "tracetui_runs", "attach", f"{self.run_id_base.replace('/', '_')}-rank{rank}.jsonl")
+            sink = SocketSink(self.socket_path, path, quiet=self.quiet)
+            sink.emit(make("notice", self.run_id, level="warning",
+                           message="the script trained again after its measured training (another "
+                                   "Trainer.train in the same process): only the first is measured, "
+                                   "and the later one was stopped after its first step"))
+            sink.close()
 
         def _begin(self, args, state, control, model, optimizer=None):
             from .probe.callback import missing_callback_events

@@ -294,6 +294,11 @@ def _run_id() -> str:
 _sweep_run_measured = False
 
 
+def _local_rank(args) -> int:
+    """A trainer's rank as this machine sees it (see Probe.on_train_begin)."""
+    return int(getattr(args, "local_process_index", getattr(args, "process_index", 0)))
+
+
 def _callback_base():
     from .probe.callback import Probe
 
@@ -333,6 +338,12 @@ def _make_trace_callback():
             self.later_training = False
             self._t0 = None
 
+        def _sink(self, rank: int) -> SocketSink:
+            """Where this rank's events go: the watcher's socket, else its JSONL file."""
+            path = self.jsonl_path or os.path.join(
+                "tracetui_runs", "attach", f"{self.run_id_base.replace('/', '_')}-rank{rank}.jsonl")
+            return SocketSink(self.socket_path, path, quiet=self.quiet or rank != 0)
+
         def _emit(self, event: dict) -> None:
             if self.sink is not None:
                 self.sink.emit(event)
@@ -364,12 +375,9 @@ def _make_trace_callback():
             after its first step, and the run says so (a sweep measures one training a run)."""
             self.later_training = True
             control.should_training_stop = True
-            rank = int(getattr(args, "local_process_index", getattr(args, "process_index", 0)))
-            if rank != 0:
+            if _local_rank(args) != 0:
                 return
-            path = self.jsonl_path or os.path.join(
-                "tracetui_runs", "attach", f"{self.run_id_base.replace('/', '_')}-rank{rank}.jsonl")
-            sink = SocketSink(self.socket_path, path, quiet=self.quiet)
+            sink = self._sink(0)
             sink.emit(make("notice", self.run_id, level="warning",
                            message="the script trained again after its measured training (another "
                                    "Trainer.train in the same process): only the first is measured, "
@@ -382,13 +390,10 @@ def _make_trace_callback():
             why = missing_callback_events()
             if why:
                 raise RuntimeError(why)
-            # ranks as this machine sees them (see Probe.on_train_begin); the global one is kept
-            rank = int(getattr(args, "local_process_index", getattr(args, "process_index", 0)))
+            rank = _local_rank(args)
             global_rank = int(getattr(args, "process_index", rank))
             world = int(getattr(args, "world_size", 1))
-            path = self.jsonl_path or os.path.join(
-                "tracetui_runs", "attach", f"{self.run_id_base.replace('/', '_')}-rank{rank}.jsonl")
-            self.sink = SocketSink(self.socket_path, path, quiet=self.quiet or rank != 0)
+            self.sink = self._sink(rank)
             Probe.on_train_begin(self, args, state, control, model=model, optimizer=optimizer)
             self.rank = rank
             mb = int(args.per_device_train_batch_size)

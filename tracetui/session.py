@@ -107,6 +107,7 @@ class StopSignals:
         self.stop = stop
         self.signum: int | None = None
         self._old: dict = {}
+        self._stopper: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         try:
             for s in STOP_SIGNALS:  # (raises off the main thread: nothing is left behind then)
@@ -143,7 +144,7 @@ class StopSignals:
 
     def wait_stopped(self, timeout: float = 5.0) -> None:
         """Until ``stop`` has run for a signal that came (returns at once if none came)."""
-        if self.signum is not None and getattr(self, "_stopper", None) is not None:
+        if self.signum is not None and self._stopper is not None:
             self._stopper.join(timeout)
 
     @property

@@ -460,10 +460,13 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
-            status=status, runs=len(runs),
+            status=status, runs=sum(1 for r in runs if r.status != "crowded"),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join(r.message for r in runs if r.message),
         )
+        resident = [int((r.started.get("interleaved") or {}).get("resident") or 0) for r in runs]
+        if any(resident):
+            row["interleaved"] = max(resident)
         if failed and status == "ok":
             row["message"] = "; ".join(x for x in (f"{failed[0]} in {len(failed)} of {len(runs)} runs",
                                                     row["message"]) if x)
@@ -954,8 +957,12 @@ def held_back(group: list[dict]) -> str | None:
 
 
 def scope_note(rows: list[dict]) -> str:
-    """What the intervals cover: with one run per split, only step-to-step noise."""
+    """What the intervals cover: with one run per split, only step-to-step noise; with
+    interleaved runs, how runs differ at one moment, not how the machine drifts."""
     timed = [r for r in rows if r.get("step_ms_median")]
+    if timed and all(r.get("interleaved") and r.get("ci_scope") == "runs" for r in timed):
+        return ("runs interleaved: intervals cover how runs differ at one moment, not how the machine drifts "
+                "between minutes (without --interleave the runs' spread takes that in)")
     if timed and all(r.get("ci_scope") == "steps" for r in timed):
         if any((r.get("runs") or 1) > 1 for r in timed):
             return ("intervals cover step noise only: the runs were too short to measure how fresh processes "

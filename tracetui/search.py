@@ -399,8 +399,9 @@ def probe_length(cfg) -> int | None:
     return min(cfg.steps, cfg.warmup + PROBE_MEASURED)
 
 
-def card_gib(cfg) -> float | None:
-    """The first GPU's memory (GiB) where runs will train, from NVML (no CUDA in this process)."""
+def card_gib(cfg, free: bool = False) -> float | None:
+    """The first GPU's memory (GiB) where runs will train, from NVML (no CUDA in this process);
+    ``free``: what is free of it now."""
     if cfg.device == "cpu":
         return None
     try:
@@ -408,7 +409,8 @@ def card_gib(cfg) -> float | None:
 
         pynvml.nvmlInit()
         index = (cfg.gpu_list() or [cfg.gpu_index()])[0]
-        return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total / 2**30
+        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+        return (info.free if free else info.total) / 2**30
     except Exception:  # noqa: BLE001 - no NVML, no GPU: no card to fit
         return None
 
@@ -430,6 +432,8 @@ def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
         return False, ""
     if getattr(cfg, "search", False):
         return True, ""
+    if getattr(cfg, "interleave", False):  # interleaving asks for the grid's runs, all at once
+        return False, ""
     runs = len(trials) * cfg.repeats
     if runs > HANDFUL and cfg.splits == "auto" and cfg.world_size == 1 and not cfg.vary:
         return True, (f"searching rather than running all {runs} runs (the grid): memory probes, then the largest "

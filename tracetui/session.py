@@ -479,6 +479,9 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     ns.default_output = default_output(sweep.log.path, output_format(ns))
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
+    line = getattr(sweep, "interleave_line", lambda: None)()
+    if line:
+        say(f"tracetui: {line}")
     planned = sweep.planned()
     say(f"tracetui: {f'{len(planned)} run(s)' if planned is not None else 'runs decided as it goes'} "
         f"({sweep.planner.name}); events -> {sweep.log.path}")

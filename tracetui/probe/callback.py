@@ -110,6 +110,9 @@ class Probe(TrainerCallback):
         #: the machine's CPU picture over the measured steps (:mod:`tracetui.probe.quiet`)
         self.load: dict[str, Any] = {}
         self._quiet_start: dict | None = None
+        #: interleaved runs (:mod:`tracetui.runner.turns`): the run's :class:`~tracetui.runner.turns.Gate`
+        self.gate: Any = None
+        self._turn_first = False
 
     # ---- attaching -----------------------------------------------------------------------
     def attach(self, model: Any) -> None:
@@ -244,8 +247,21 @@ class Probe(TrainerCallback):
         self.settings = read_back(args, model, kwargs.get("optimizer"))
         if self.announce_settings:
             self.emit(self.settings_event())
+        if self.gate is not None:
+            self._take_turn()  # built and ready: no step before this run holds the turn
         if self.warmup == 0:
             self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
+
+    def _take_turn(self) -> None:
+        """Interleaved: give the turn back once this run's work has finished on the device (the
+        next run's steps must not overlap it), wait for it again, and restart the step clock:
+        the wait is no step's."""
+        if self.cuda:
+            self._torch.cuda.synchronize(self.device)
+        self.gate.take()
+        if self._last_end is not None:
+            self._last_end = self.clock.mark("start")
+        self._turn_first = True
 
     def settings_event(self) -> dict:
         return make(RUN_SETTINGS, self.run_id, rank=self.rank, settings=self.settings)
@@ -318,8 +334,9 @@ class Probe(TrainerCallback):
         self._pending.append(dict(
             step=self._step, marks=marks, values=values, peak=peak, samples=self._samples,
             padded=self._padded_tokens, has_loss=bool(self._losses), has_tokens=bool(self._tokens),
-            t_end=time.time(),
+            t_end=time.time(), turn_first=self._turn_first,
         ))
+        self._turn_first = False
         self._last_end = end
         self._losses, self._tokens = [], []
         self._samples = self._padded_tokens = 0
@@ -328,11 +345,16 @@ class Probe(TrainerCallback):
             self.stop_reason = self.stop_after(self._measured_walls) or None
             if self.stop_reason:
                 control.should_training_stop = True
+        if (self.gate is not None and self._step % self.gate.block == 0 and not control.should_training_stop
+                and state.global_step < state.max_steps):
+            self._take_turn()
 
     def on_train_end(self, args, state, control, **kwargs):
         self._resolve(block=True)
         if self._quiet_start is not None:
             self.load = quiet.between(self._quiet_start, quiet.snapshot())
+        if self.gate is not None:
+            self.gate.end()
 
     # ---- resolution ------------------------------------------------------------------------
     def _resolve(self, block: bool) -> None:
@@ -381,6 +403,8 @@ class Probe(TrainerCallback):
         if tokens is None:
             tokens = item["padded"] or None
         extra = {"t_end": item["t_end"]}
+        if item.get("turn_first"):
+            extra["turn_first"] = True  # interleaved: the first step after the run got the turn back
         if loss is not None and not math.isfinite(loss):
             extra["loss_finite"] = False  # a log keeps it as null (JSON has no NaN): say so apart
         if self.world > 1 and bwd and not str((self.settings or {}).get("sharding_used", "")).startswith("fsdp"):

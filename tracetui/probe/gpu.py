@@ -53,16 +53,36 @@ def slowdown_reasons(nvml: Any, handle: Any) -> str | None:
     return ",".join(names) or None
 
 
+def _sweeps_own(pid: int, owner: int | None) -> bool:
+    """Whether ``pid`` descends from ``owner`` (tracetui's process): another run of the same
+    sweep (interleaved runs share the GPU on purpose, and wait while this one steps)."""
+    if not owner:
+        return False
+    for _ in range(6):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == owner:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
 def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
-    """Compute processes on the GPU other than this one, and the memory they hold (GiB; None
-    where NVML reports the host's process ids, which a container's own pid cannot be matched to:
-    then this process is assumed to be one of the listed)."""
+    """Compute processes on the GPU other than this one and its sweep's other runs, and the memory
+    they hold (GiB; None where NVML reports the host's process ids, which a container's own pid
+    cannot be matched to: then this process is assumed to be one of the listed)."""
     import os
 
     procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     me = os.getpid()
     if any(p.pid == me for p in procs):
-        others = [p for p in procs if p.pid != me]
+        owner = os.environ.get("TRACETUI_OWNER_PID", "")
+        owner_pid = int(owner) if owner.isdigit() else None
+        others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, owner_pid)]
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
         return len(others), mem
     return max(0, len(procs) - 1), None
@@ -108,6 +128,7 @@ class GpuSampler:
         self.uuid = uuid
         self._nvml, self._handle = nvml, handle
         self._stop = threading.Event()
+        self._held = threading.Event()
         self._thread: threading.Thread | None = None
         self.samples = 0
         self._census_every = max(1, round(hz))  # other processes listed about once a second
@@ -122,8 +143,16 @@ class GpuSampler:
         self._thread.start()
         return None
 
+    def hold(self, waiting: bool) -> None:
+        """Interleaved runs: no samples while this run waits for its turn (the device is then
+        another run's)."""
+        (self._held.set if waiting else self._held.clear)()
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if self._held.is_set():
+                self._stop.wait(self.period)
+                continue
             try:
                 census = self.samples % self._census_every == 0
                 sample = read_sample(self._nvml, self._handle, self.gpu_index, census=census)

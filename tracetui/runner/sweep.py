@@ -23,13 +23,14 @@ from typing import Callable
 from ..config import SweepConfig
 from ..events import RUN_FAILED, RUN_STARTED, STEP, make
 from ..knobs import KNOBS, SHORT
-from ..plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult
-from ..search import make_planner
+from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
+from ..search import card_gib, make_planner
 from ..store import EventLog
 from ..trial import Trial
 from .lifetime import restart_server_if_gone, server_pid, trial_context
 from .preflight import device_kind
 from .supervise import Child, WorkerChild, supervise
+from .turns import CONTEXT_GIB, MAX_RESIDENT, Turns
 
 #: queue size: large enough for bursts, small enough to bound memory
 QUEUE_MAX = 10_000
@@ -116,6 +117,12 @@ class SweepBase:
         busy = [0]
 
         def lane(gpu: int | None) -> None:
+            try:
+                lane_runs(gpu)
+            finally:
+                self._lane_done()
+
+        def lane_runs(gpu: int | None) -> None:
             while not self._stop.is_set() and self.same_failure is None:
                 with self._wake:
                     d = self.planner.next()
@@ -152,6 +159,9 @@ class SweepBase:
         elif self._stop.is_set():
             self.interrupted = True
         return self.outcomes
+
+    def _lane_done(self) -> None:
+        """A lane takes no more runs (interleaved sweeps stop waiting for it)."""
 
     def rerun(self, trial: Trial) -> str:
         """Run ``trial`` once more in this sweep."""
@@ -198,14 +208,20 @@ class SweepBase:
             if self.on_event is not None:
                 self.on_event(event)
 
-    def _supervised(self, spec: RunSpec, child: Child) -> str:
-        """Run one trial's process under the supervisor; record how it ended."""
-        status, message = supervise(spec, child, self._emit, self._stop, self.cfg.stall_timeout)
+    def _supervised(self, spec: RunSpec, child: Child, waiting: Callable[[], bool] | None = None) -> str:
+        """Run one trial's process under the supervisor; record how it ended (a run that is to
+        run again, :meth:`_again`, is not recorded)."""
+        status, message = supervise(spec, child, self._emit, self._stop, self.cfg.stall_timeout, waiting)
         if status == "stalled":
             with self._lock:
                 self._stalled.add(spec.run_id)
-        self._finished(spec, status, message)
+        if not self._again(spec):
+            self._finished(spec, status, message)
         return status
+
+    def _again(self, spec: RunSpec) -> bool:
+        """Whether ``spec``'s run ends to run again (an interleaved run short of memory)."""
+        return False
 
     def _finished(self, spec: RunSpec, status: str, message: str = "") -> None:
         result = self.measured.result(spec, status, message)
@@ -277,12 +293,99 @@ class Sweep(SweepBase):
         self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
         self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
         self.warnings = gpu_model_warnings(self.lanes)
+        #: interleaved runs (:mod:`.turns`): how many at once (0: one after another), why not
+        self.resident, why_not = interleaving(cfg, self.planner, self.lanes, self._device)
+        if why_not and cfg.interleave:
+            self.warnings.append(f"--interleave: {why_not}; runs go one after another")
+        #: each interleaved run's share of the GPU's free memory (GiB), None on the CPU
+        self.share_gib: float | None = None
+        if self.resident:
+            self.share_gib = memory_share(cfg, self.resident, self._device)
+        self.turns: Turns | None = None
+        self._crowded: set[str] = set()  # interleaved runs that ran out of memory under their share
+        self._shared: set[str] = set()  # interleaved runs whose memory the others may have taken
+        self._alone = threading.Condition()
+        self._alone_pending = 0
+        self._solo = threading.Lock()
         _ensure_resource_tracker()
+
+    def interleave_line(self) -> str | None:
+        """One line on how the runs share the device, when they are interleaved."""
+        if not self.resident:
+            return None
+        share = f", {self.share_gib:g} GiB of memory each" if self.share_gib is not None else ""
+        return (f"runs interleaved: {self.resident} resident, taking turns of {self.cfg.turn_steps} step(s){share} "
+                "(--no-interleave: one after another)")
+
+    def run(self) -> dict[str, str]:
+        if not self.resident:
+            return super().run()
+        self.turns = Turns(self._ctx, self.cfg.turn_steps, hold=self.resident)
+        lanes, self.lanes = self.lanes, self.lanes * self.resident
+        try:
+            return super().run()
+        finally:
+            self.lanes = lanes
+            turns, self.turns = self.turns, None
+            turns.close()  # a run asked for again later (the monitor's r) runs alone
+
+    def _lane_done(self) -> None:
+        if self.turns is not None:
+            self.turns.lane_done()
+
+    def _again(self, spec: RunSpec) -> bool:
+        return spec.run_id in self._crowded
+
+    def _emit(self, event: dict) -> None:
+        if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
+                and event.get("run_id") in self._shared):
+            # not a verdict on the split: it had a share of the device; it runs again alone
+            self._crowded.add(event["run_id"])
+            share = f"under its share ({self.share_gib:g} GiB) " if self.share_gib is not None else ""
+            event = dict(event, kind="crowded", message=(
+                f"out of memory {share}beside the other interleaved runs; run again alone"))
+        super()._emit(event)
 
     def close(self) -> None:
         self.log.close()
 
-    def _run_one(self, spec: RunSpec) -> str:
+    def _run_one(self, spec: RunSpec, alone: bool = False) -> str:
+        turns = None if alone else self.turns
+        if turns is not None:
+            with self._alone:  # a run going again alone has the device to itself
+                while self._alone_pending and not self._stop.is_set():
+                    self._alone.wait(0.2)
+        theirs = turns.seat(spec.run_id) if turns is not None else None
+        try:
+            status = self._start_run(spec, turns, theirs)
+        finally:
+            if turns is not None:
+                turns.unseat(spec.run_id)
+                theirs.close()
+        if spec.run_id in self._crowded and not self._stop.is_set():
+            return self._run_alone(spec)
+        return status
+
+    def _run_alone(self, spec: RunSpec) -> str:
+        """Run ``spec``'s trial again, alone on the device, once every resident run has left
+        (no run is seated meanwhile)."""
+        with self._alone:
+            self._alone_pending += 1
+        try:
+            with self._solo:
+                with self._alone:
+                    while self.turns is not None and self.turns.resident() and not self._stop.is_set():
+                        self._alone.wait(0.2)
+                why = (f"{spec.why}; " if spec.why else "") + (
+                    f"alone: out of memory under its share beside the interleaved runs ({spec.run_id.split('/')[-1]})")
+                again = self._spec(Decision(spec.trial, spec.repeat, why=why), spec.gpu)
+                return self._run_one(again, alone=True)
+        finally:
+            with self._alone:
+                self._alone_pending -= 1
+                self._alone.notify_all()
+
+    def _start_run(self, spec: RunSpec, turns: Turns | None, theirs) -> str:
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
@@ -295,11 +398,60 @@ class Sweep(SweepBase):
                        parent_pid=(server_pid() if forked else None) or os.getpid())
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
+        waiting = None
+        if turns is not None:
+            payload.update(turn=theirs, turn_steps=turns.block, share_gib=self.share_gib,
+                           interleaved={"resident": self.resident, "turn_steps": turns.block,
+                                        "share_gib": self.share_gib})
+            limit = self.cfg.memory_limit
+            if self.share_gib is None or limit is None or self.share_gib < limit:
+                self._shared.add(spec.run_id)  # out of memory, it may be the others' doing
+            waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
         from . import worker
 
         child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
-        child.memory_limit = self.cfg.memory_limit
-        return self._supervised(spec, child)
+        caps = [g for g in (self.cfg.memory_limit, payload.get("share_gib")) if g is not None]
+        child.memory_limit = min(caps) if caps else None  # a death under a cap reads as out of memory
+        if caps and self.cfg.memory_limit != child.memory_limit:
+            child.cap_name = "its share of"
+
+        return self._supervised(spec, child, waiting)
+
+
+def memory_share(cfg: SweepConfig, resident: int, device: str) -> float | None:
+    """Each of ``resident`` interleaved runs' share of memory (GiB): ``--interleave-memory``, else
+    the GPU's free memory, less each process's CUDA context on a GPU; None (no cap) on the CPU
+    without ``--interleave-memory``."""
+    pool = cfg.interleave_memory
+    if pool is None and device == "cuda":
+        pool = card_gib(cfg, free=True)
+    if pool is None:
+        return None
+    context = resident * CONTEXT_GIB if device == "cuda" else 0.0
+    return round(max(0.25, (pool - context) / resident), 2)
+
+
+def interleaving(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device: str) -> tuple[int, str]:
+    """How many runs to keep resident and taking turns (0: one after another), and why not.
+
+    Only with ``--interleave``, and never for the search (each of its runs is decided from the
+    last ones), several GPUs (lanes run side by side already), torchrun, ``--no-probe`` (the
+    probe keeps the turns) or ``--until-confident`` (a run stops on the intervals of the splits
+    measured before it)."""
+    if not cfg.interleave:
+        return 0, "not asked for (--interleave)"
+    why = ("the search decides each run from the ones before it" if not isinstance(planner, GridPlanner)
+           else "runs go side by side on several GPUs" if len(lanes) > 1
+           else "torchrun runs are not interleaved" if cfg.world_size > 1
+           else "--no-probe runs have no probe to keep the turns" if not cfg.probe
+           else "--until-confident stops each split on the intervals of those measured before it"
+           if cfg.until_confident is not None else "")
+    if why:
+        return 0, why
+    runs = len(planner.preview() or [])
+    if runs < 2:
+        return 0, "one run"
+    return min(runs, MAX_RESIDENT), ""
 
 
 def gpu_model_warnings(lanes: list[int | None]) -> list[str]:

@@ -185,7 +185,8 @@ def run(spec: dict, mp_queue: Any) -> None:
                        config={k: v for k, v in cfg.to_dict().items()
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
                                         "lora_targets", "memory_limit", "seed", *KNOBS)},
-                       gpu=spec.get("gpu"), log_path=spec["log_path"]))
+                       gpu=spec.get("gpu"), log_path=spec["log_path"],
+                       **({"interleaved": spec["interleaved"]} if spec.get("interleaved") else {})))
         if device == "cuda":
             from ..probe.gpu import GpuSampler
 
@@ -199,7 +200,8 @@ def run(spec: dict, mp_queue: Any) -> None:
         else:
             sink.emit(make("notice", run_id, level="info",
                            message="running on the CPU; phases timed with the host clock"))
-        metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec, stages)
+        metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec, stages,
+                        hold=sampler.hold if sampler is not None else None)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
                        stop_reason=metrics.get("stop_reason"), quiet=metrics.get("quiet") or {}))
@@ -380,8 +382,12 @@ def _setting_at_fault(cfg, exc: BaseException, passed: dict) -> BaseException:
 
 
 def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict,
-          stages: Stages | None = None) -> dict:
-    """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``)."""
+          stages: Stages | None = None, hold=None) -> dict:
+    """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``).
+
+    Interleaved (``spec["turn"]``, :mod:`.turns`): steps only while the run holds the turn
+    (``hold`` is told when it waits), and its memory is capped at ``spec["share_gib"]``, its
+    share of the device beside the other resident runs."""
     import shutil
 
     import torch
@@ -395,11 +401,16 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
         stop = StopRule(cfg.until_confident, cfg.min_steps, spec.get("references") or [])
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
+    if probe is not None and spec.get("turn") is not None:
+        from .turns import Gate
+
+        probe.gate = Gate(spec["turn"], spec.get("turn_steps") or 1, on_hold=hold)
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra, stages=stages)
     try:
-        if cfg.memory_limit is not None:
+        caps = [g for g in (cfg.memory_limit, spec.get("share_gib")) if g is not None]
+        if caps:
             # After the imports and the model are in: the cap is on what training may take in all.
-            cap_memory(cfg.memory_limit, device)
+            cap_memory(min(caps), device)
         result = trainer.train()
     finally:
         shutil.rmtree(trainer.args.output_dir, ignore_errors=True)  # nothing is saved there

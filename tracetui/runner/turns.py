@@ -1,0 +1,219 @@
+"""Interleaved runs: the runs of a sweep resident on one device at once, taking turns.
+
+Why. The speed of a shared host drifts over seconds and minutes (on the H200 VM, one split's
+median step moved 19% between sweeps minutes apart, with steps correlated second to second), so
+splits measured one after another meet different machines, and their ratio carries the drift.
+Measured in alternating turns of a few steps each, every split meets the same drift, and it
+cancels in their ratio. The runs also start side by side, their starts overlapping one another
+and never a measured step: a sweep pays about one start, not one a run.
+
+The rules, kept by :class:`Turns` in tracetui's process:
+
+- a run takes no step until it holds the turn: it asks for it once its trainer is built
+  (``on_train_begin``), gives it back after every ``block`` steps, once its last step's work has
+  finished on the device, and says when it has ended;
+- no turn is given while any run is still starting, or while one that ended is still exiting
+  (its process reaped): nothing heavy runs beside a measured step;
+- turns go round in the order runs became ready.
+
+A run's step clock restarts when it gets the turn back (:class:`Gate`): its wait is no step's.
+Each run is still its own process (a crash or an out-of-memory cannot poison another), and a
+run that ran out of memory under its share of the device is run again alone (the sweep's).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+#: steps a run takes per turn (``--turn-steps``)
+TURN_STEPS = 2
+#: most runs resident at once
+MAX_RESIDENT = 8
+#: GiB a CUDA process holds outside the caching allocator (context, kernels), kept out of the shares
+CONTEXT_GIB = 1.0
+
+STARTING, READY, ACTIVE, EXITING = "starting", "ready", "active", "exiting"
+
+
+class _Seat:
+    __slots__ = ("conn", "state", "pid")
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.state = STARTING
+        self.pid: int | None = None
+
+
+class Turns:
+    """The coordinator: hands the turn to one seated run at a time (see the module's rules).
+
+    ``hold``: seats to wait for before the first turn (the runs the sweep starts side by side);
+    :meth:`lane_done` lowers it for a lane that will seat no run."""
+
+    def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1):
+        self._ctx = ctx
+        self.block = max(1, int(block))
+        self._lock = threading.Lock()
+        self._seats: dict[str, _Seat] = {}
+        self._order: list[str] = []  # the order runs first became ready: the turns go round it
+        self._holder: str | None = None
+        self._last: str | None = None
+        self._hold = hold
+        self._seated = 0
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe()
+        self.turns_given = 0
+        self._thread = threading.Thread(target=self._loop, name="tracetui-turns", daemon=True)
+        self._thread.start()
+
+    # ---- the sweep's side ---------------------------------------------------------------------
+    def seat(self, run_id: str) -> Any:
+        """A seat for a run about to start; returns the run's end of its pipe (for the payload)."""
+        mine, theirs = self._ctx.Pipe(duplex=True)
+        with self._lock:
+            self._seats[run_id] = _Seat(mine)
+            self._seated += 1
+        self._poke()
+        return theirs
+
+    def unseat(self, run_id: str) -> None:
+        """The run's process has ended (reaped): its seat goes, and turns may go on."""
+        with self._lock:
+            seat = self._seats.pop(run_id, None)
+            if self._holder == run_id:
+                self._holder = None
+        if seat is not None:
+            seat.conn.close()
+        self._poke()
+
+    def lane_done(self) -> None:
+        """A lane stops without seating another run: do not wait for it."""
+        with self._lock:
+            self._hold -= 1
+        self._poke()
+
+    def resident(self) -> int:
+        with self._lock:
+            return len(self._seats)
+
+    def waiting(self, run_id: str) -> bool:
+        """Whether the run waits for a turn (started, ready, not holding it): not a stall."""
+        with self._lock:
+            seat = self._seats.get(run_id)
+            return seat is not None and seat.state == READY
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._poke()
+        self._thread.join(timeout=2.0)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # ---- the coordinator ----------------------------------------------------------------------
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _loop(self) -> None:
+        from multiprocessing.connection import wait
+
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                conns = {s.conn: rid for rid, s in self._seats.items() if s.state != EXITING}
+            ready = wait(list(conns) + [self._wake_r], timeout=1.0)
+            for obj in ready:
+                if obj == self._wake_r:
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except OSError:
+                        pass
+                    continue
+                self._heard(conns[obj], obj)
+            self._give()
+
+    def _heard(self, run_id: str, conn: Any) -> None:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            msg = ("end",)  # the process is gone (or going): it has ended
+        with self._lock:
+            seat = self._seats.get(run_id)
+            if seat is None:
+                return
+            what = msg[0] if isinstance(msg, tuple) and msg else msg
+            if what == "ready":
+                seat.pid = msg[1] if len(msg) > 1 else None
+                if run_id not in self._order:
+                    self._order.append(run_id)
+                seat.state = READY
+            elif what == "yield":
+                seat.state = READY
+            else:  # "end": no more steps; its process exits, and is reaped before turns go on
+                seat.state = EXITING
+            if self._holder == run_id and seat.state != ACTIVE:
+                self._holder = None
+
+    def _give(self) -> None:
+        with self._lock:
+            if self._holder is not None or self._seated < self._hold:
+                return
+            if any(s.state in (STARTING, EXITING) for s in self._seats.values()):
+                return
+            order = [rid for rid in self._order if rid in self._seats]
+            if not order:
+                return
+            start = order.index(self._last) + 1 if self._last in order else 0
+            for rid in order[start:] + order[:start]:
+                seat = self._seats[rid]
+                if seat.state == READY:
+                    try:
+                        seat.conn.send("go")
+                    except (OSError, ValueError):
+                        seat.state = EXITING
+                        continue
+                    seat.state = ACTIVE
+                    self._holder = self._last = rid
+                    self.turns_given += 1
+                    return
+
+
+class Gate:
+    """A run's side of :class:`Turns`: :meth:`take` blocks until the run holds the turn.
+    ``on_hold(bool)`` is told when the run starts and stops waiting (its GPU sampler pauses:
+    what the device does meanwhile is another run's)."""
+
+    def __init__(self, conn: Any, block: int, on_hold=None):
+        self.conn = conn
+        self.block = max(1, int(block))
+        self.on_hold = on_hold or (lambda _waiting: None)
+        self.turns = 0
+        self._asked = False
+
+    def take(self) -> None:
+        """Give the turn back (after the first time) and wait for it again."""
+        self.on_hold(True)
+        try:
+            self.conn.send(("yield",) if self._asked else ("ready", os.getpid()))
+            self._asked = True
+            while self.conn.recv() != "go":
+                pass
+        finally:
+            self.on_hold(False)
+        self.turns += 1
+
+    def end(self) -> None:
+        """No more steps: let the others go on once this process has exited."""
+        try:
+            self.conn.send(("end",))
+        except (OSError, ValueError):
+            pass

@@ -80,11 +80,19 @@ def test_a_run_out_of_memory_under_its_share_runs_again_alone(tmp_path):
     steps = _steps(events)
     for a, b in zip(steps, steps[1:]):
         assert b["begin"] >= a["end"] - 0.005
+    assert all(e["run_id"].endswith("-alone") for e in again)
     rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
     for e in crowded:
         row = rows[e["run_id"].split("/")[-1]]
         assert row["status"] == "ok" and row["runs"] == 1  # the crowded attempt is no run of the split
         assert "under its share" in row["message"]
+    # the log reads back the same, crowded runs and all (``tracetui show``)
+    (log,) = list((tmp_path / "runs").glob("*/events.jsonl"))
+    shown = run_main("show", log, "--export", "json", "-o", tmp_path / "shown.json")
+    assert shown.returncode == 0 and "bad line" not in shown.stderr, shown.stderr
+    again_rows = {r["trial"]: r for r in json.loads((tmp_path / "shown.json").read_text())["splits"]}
+    assert {k: (r["status"], r["runs"]) for k, r in again_rows.items()} == {
+        k: (r["status"], r["runs"]) for k, r in rows.items()}
 
 
 def test_a_run_that_cannot_start_does_not_hold_the_others(tmp_path):
@@ -100,7 +108,7 @@ def test_a_run_that_cannot_start_does_not_hold_the_others(tmp_path):
     summary = json.loads(out.read_text())
     assert "runs interleaved: intervals cover how runs differ at one moment" in summary["note"]
     timed = [r for r in summary["splits"] if r.get("step_ms_median")]
-    assert len(timed) == 2 and all(r["ci_scope"] == "runs" and r["interleaved"] == 8 for r in timed)
+    assert len(timed) == 2 and all(r["ci_scope"] == "runs" and r["interleaved"] == 4 for r in timed)
 
 
 def test_when_runs_are_interleaved():
@@ -133,3 +141,50 @@ def test_bad_interleave_settings_are_refused_in_one_line():
             assert flag in str(err) and "\n" not in str(err)
         else:
             raise AssertionError(f"{kwargs} was accepted")
+
+
+def test_no_turn_is_given_while_a_run_starts_or_exits_or_its_lane_is_between_runs():
+    """The coordinator with real pipes (this test plays the runs and their lane): one turn at a
+    time, round the ready runs in the order they became ready; none while a run is starting,
+    while one that ended has not been reaped, or while its lane has not yet seated its next run
+    (whose start is heavy work); a lane that waits instead lets the others go on."""
+    import multiprocessing as mp
+
+    from tracetui.runner.turns import Turns
+
+    turns = Turns(mp.get_context("fork"), block=1, hold=2)
+
+    def go(conn, timeout=2.0) -> bool:
+        if conn.poll(timeout):
+            assert conn.recv() == "go"
+            return True
+        return False
+
+    try:
+        a, b = turns.seat("a"), turns.seat("b")
+        a.send(("ready", 1))
+        b.send(("ready", 2))
+        assert go(a) and not go(b, 0.3)  # one at a time
+        a.send(("yield",))
+        assert go(b) and not go(a, 0.3)
+        assert turns.waiting("a") and not turns.waiting("b")
+        b.send(("yield",))
+        assert go(a)
+        a.send(("end",))  # a is done: its process exits, and nothing steps until it is reaped
+        assert not go(b, 0.3)
+        turns.unseat("a")  # reaped; this lane now starts its next run
+        assert not go(b, 0.3)
+        c = turns.seat("c")  # ... and c is starting
+        assert not go(b, 0.3)
+        c.send(("ready", 3))
+        assert go(b) and not go(c, 0.3)  # round the ready runs: after a comes b
+        b.send(("yield",))
+        assert go(c)
+        c.send(("end",))
+        turns.unseat("c")
+        assert not go(b, 0.3)  # c's lane is between runs
+        turns.idle()  # it waits instead (for a run that goes alone): b goes on
+        assert go(b)
+        assert turns.turns_given == 6
+    finally:
+        turns.close()

@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .events import FAIL_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
+from .events import FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
 from .columns import ROW_KEYS, fmt_duration
 from .config import KNOB_DEFAULTS
 from .knobs import KNOBS, SHORT, fmt, result_changing
@@ -443,6 +443,14 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         if not run.started or str(run.started.get("why") or "").startswith(PROBE_WHY):
             continue
         groups.setdefault((run.machine, *run.trial.key()), []).append(run)
+    crowded: dict[tuple, list[str]] = {}
+    for key, runs in list(groups.items()):
+        # an interleaved run out of memory under its share ran again alone: the attempt is no run
+        # of the split (its steps neither), only its message stays; on its own it stays, unranked
+        kept = [r for r in runs if r.status != "crowded"]
+        if kept and len(kept) < len(runs):
+            crowded[key] = [r.message for r in runs if r.status == "crowded" and r.message]
+            groups[key] = kept
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
     medians = {key: run_medians(runs) for key, runs in groups.items()}
@@ -460,9 +468,9 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
-            status=status, runs=sum(1 for r in runs if r.status != "crowded"),
+            status=status, runs=len(runs),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
-            message="; ".join(r.message for r in runs if r.message),
+            message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
         )
         resident = [int((r.started.get("interleaved") or {}).get("resident") or 0) for r in runs]
         if any(resident):
@@ -656,7 +664,7 @@ def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
     out of the ranking."""
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get("step_ms_median") and r["status"] not in FAIL_KINDS:
+        if r.get("step_ms_median") and r["status"] not in RUN_FAILED_KINDS:
             by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     for group in by_group.values():
         slowest = max(group, key=lambda r: r["step_ms_median"])
@@ -976,7 +984,7 @@ def verdict(rows: list[dict]) -> str:
     lines = []
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get("step_ms_median") and r["status"] not in FAIL_KINDS:  # a failed split is not ranked
+        if r.get("step_ms_median") and r["status"] not in RUN_FAILED_KINDS:  # a failed split is not ranked
             groups.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     multi_machine = len({k[0] for k in groups}) > 1
     for (machine, eb, _ws), group in groups.items():

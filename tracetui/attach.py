@@ -521,13 +521,9 @@ def _cuda_ready() -> bool:
 
 def _physical_gpu(device) -> int:
     """NVML index of ``device``: CUDA_VISIBLE_DEVICES maps the process's indices."""
-    idx = device.index or 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        parts = [p.strip() for p in visible.split(",")]
-        if idx < len(parts) and parts[idx].isdigit():
-            return int(parts[idx])
-    return idx
+    from .probe.gpu import physical_index
+
+    return physical_index(device.index or 0)
 
 
 def __getattr__(name: str):

@@ -88,7 +88,7 @@ class SweepConfig:
     #: two fresh processes per split by default: a run's steps say nothing about how much runs
     #: of the same split differ between processes (up to 40% on an H200 host), and the
     #: intervals and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)
-    repeats: int = setting(2, "fresh-process runs of each split, interleaved; intervals and verdicts rest on the "
+    repeats: int = setting(2, "fresh-process runs of each split, in the order A B C C B A; intervals and verdicts rest on the "
                               "spread between them (1: intervals cover step noise only)")
     lora_r: int = setting(16, "LoRA rank")
     lora_alpha: int = setting(32, "LoRA alpha")

@@ -33,6 +33,9 @@ RUN_STAGE = "run_stage"
 #: package missing, a kernel this device lacks, a compile that fails); ``skipped``: a planner
 #: decided not to start it (predicted not to fit in memory)
 FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
+#: every kind a run_failed may have: the failures, and an interleaved run that ran out of memory
+#: under its share of the device beside the others (run again alone; no verdict on the split)
+RUN_FAILED_KINDS = FAIL_KINDS + ("crowded",)
 
 _NUM = (int, float)
 _NONE = type(None)
@@ -203,8 +206,8 @@ def validate(event: Any) -> dict:
     if etype == RUN_STARTED and not _LABEL.fullmatch(event["label"]):
         raise SchemaError("run_started.label must be a trial like 2x2 or 2x2 attn=eager (letters, digits, "
                           "spaces, . _ - # @ : + = ,)")
-    if etype == RUN_FAILED and event["kind"] not in FAIL_KINDS:
-        raise SchemaError(f"run_failed.kind must be one of {', '.join(FAIL_KINDS)}")
+    if etype == RUN_FAILED and event["kind"] not in RUN_FAILED_KINDS:
+        raise SchemaError(f"run_failed.kind must be one of {', '.join(RUN_FAILED_KINDS)}")
     return event
 
 

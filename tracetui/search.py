@@ -408,7 +408,9 @@ def card_gib(cfg, free: bool = False) -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
-        index = (cfg.gpu_list() or [cfg.gpu_index()])[0]
+        from .probe.gpu import physical_index
+
+        index = physical_index((cfg.gpu_list() or [cfg.gpu_index()])[0])
         info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
         return (info.free if free else info.total) / 2**30
     except Exception:  # noqa: BLE001 - no NVML, no GPU: no card to fit
@@ -432,7 +434,8 @@ def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
         return False, ""
     if getattr(cfg, "search", False):
         return True, ""
-    if getattr(cfg, "interleave", False):  # interleaving asks for the grid's runs, all at once
+    if (getattr(cfg, "interleave", False) and cfg.world_size == 1 and len(cfg.gpu_list()) <= 1 and cfg.probe
+            and cfg.until_confident is None):  # interleaving asks for the grid's runs, all at once
         return False, ""
     runs = len(trials) * cfg.repeats
     if runs > HANDFUL and cfg.splits == "auto" and cfg.world_size == 1 and not cfg.vary:

@@ -53,6 +53,18 @@ def slowdown_reasons(nvml: Any, handle: Any) -> str | None:
     return ",".join(names) or None
 
 
+def physical_index(index: int) -> int:
+    """NVML's index of CUDA device ``index`` of this process (``CUDA_VISIBLE_DEVICES`` maps them)."""
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        parts = [p.strip() for p in visible.split(",")]
+        if index < len(parts) and parts[index].isdigit():
+            return int(parts[index])
+    return index
+
+
 def _sweeps_own(pid: int, owner: int | None) -> bool:
     """Whether ``pid`` descends from ``owner`` (tracetui's process): another run of the same
     sweep (interleaved runs share the GPU on purpose, and wait while this one steps)."""
@@ -85,7 +97,10 @@ def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
         others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, owner_pid)]
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
         return len(others), mem
-    return max(0, len(procs) - 1), None
+    # this process is one of them, and so are the sweep's other resident runs (--interleave)
+    resident = os.environ.get("TRACETUI_RESIDENT", "")
+    siblings = int(resident) - 1 if resident.isdigit() and int(resident) > 1 else 0
+    return max(0, len(procs) - 1 - siblings), None
 
 
 def read_sample(nvml: Any, handle: Any, gpu_index: int, census: bool = False) -> GpuSample:

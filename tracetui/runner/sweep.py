@@ -296,7 +296,7 @@ class Sweep(SweepBase):
         #: interleaved runs (:mod:`.turns`): how many at once (0: one after another), why not
         self.resident, why_not = interleaving(cfg, self.planner, self.lanes, self._device)
         if why_not and cfg.interleave:
-            self.warnings.append(f"--interleave: {why_not}; runs go one after another")
+            self.warnings.append(f"--interleave not applied ({why_not})")
         #: each interleaved run's share of the GPU's free memory (GiB), None on the CPU
         self.share_gib: float | None = None
         if self.resident:
@@ -342,8 +342,10 @@ class Sweep(SweepBase):
             # not a verdict on the split: it had a share of the device; it runs again alone
             self._crowded.add(event["run_id"])
             share = f"under its share ({self.share_gib:g} GiB) " if self.share_gib is not None else ""
+            said = event.get("message") or ""
             event = dict(event, kind="crowded", message=(
-                f"out of memory {share}beside the other interleaved runs; run again alone"))
+                f"out of memory {share}beside the other interleaved runs, so run again alone" + (
+                    f" ({said})" if said else "")))
         super()._emit(event)
 
     def close(self) -> None:
@@ -353,8 +355,12 @@ class Sweep(SweepBase):
         turns = None if alone else self.turns
         if turns is not None:
             with self._alone:  # a run going again alone has the device to itself
+                if self._alone_pending:
+                    turns.idle()  # this lane waits: the resident runs go on, so that they can end
                 while self._alone_pending and not self._stop.is_set():
                     self._alone.wait(0.2)
+            if self._stop.is_set():
+                return self._not_started(spec, "interrupted", "stopped by the sweep")
         theirs = turns.seat(spec.run_id) if turns is not None else None
         try:
             status = self._start_run(spec, turns, theirs)
@@ -362,13 +368,15 @@ class Sweep(SweepBase):
             if turns is not None:
                 turns.unseat(spec.run_id)
                 theirs.close()
-        if spec.run_id in self._crowded and not self._stop.is_set():
+        if spec.run_id in self._crowded:
             return self._run_alone(spec)
         return status
 
     def _run_alone(self, spec: RunSpec) -> str:
         """Run ``spec``'s trial again, alone on the device, once every resident run has left
         (no run is seated meanwhile)."""
+        if self.turns is not None:
+            self.turns.idle()  # this lane waits: the resident runs go on, so that they can end
         with self._alone:
             self._alone_pending += 1
         try:
@@ -376,9 +384,16 @@ class Sweep(SweepBase):
                 with self._alone:
                     while self.turns is not None and self.turns.resident() and not self._stop.is_set():
                         self._alone.wait(0.2)
+                if self._stop.is_set():
+                    self._finished(spec, "interrupted", "stopped by the sweep before it could run again alone")
+                    return "interrupted"
                 why = (f"{spec.why}; " if spec.why else "") + (
                     f"alone: out of memory under its share beside the interleaved runs ({spec.run_id.split('/')[-1]})")
-                again = self._spec(Decision(spec.trial, spec.repeat, why=why), spec.gpu)
+                with self._wake:  # its own id: the planned ids of later repeats stay theirs
+                    again = RunSpec(f"{spec.run_id}-alone", spec.trial, spec.repeat, spec.gpu, why, spec.steps)
+                    self._ids.add(again.run_id)
+                    self.plan.append(again)
+                    self.measured.add(again)
                 return self._run_one(again, alone=True)
         finally:
             with self._alone:
@@ -404,14 +419,18 @@ class Sweep(SweepBase):
                            interleaved={"resident": self.resident, "turn_steps": turns.block,
                                         "share_gib": self.share_gib})
             limit = self.cfg.memory_limit
-            if self.share_gib is None or limit is None or self.share_gib < limit:
+            if (self.share_gib is not None and (limit is None or self.share_gib < limit)) or (
+                    self.share_gib is None and limit is None and self._device == "cuda"):
                 self._shared.add(spec.run_id)  # out of memory, it may be the others' doing
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
         from . import worker
 
         child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
-        caps = [g for g in (self.cfg.memory_limit, payload.get("share_gib")) if g is not None]
-        child.memory_limit = min(caps) if caps else None  # a death under a cap reads as out of memory
+        # a death by a signal under a cap reads as out of memory: on the CPU, where the cap is the
+        # data size; a GPU's caching allocator raises out of memory, which the worker reports itself
+        share = payload.get("share_gib") if self._device != "cuda" else None
+        caps = [g for g in (self.cfg.memory_limit, share) if g is not None]
+        child.memory_limit = min(caps) if caps else None
         if caps and self.cfg.memory_limit != child.memory_limit:
             child.cap_name = "its share of"
 
@@ -448,7 +467,8 @@ def interleaving(cfg: SweepConfig, planner: Planner, lanes: list[int | None], de
            if cfg.until_confident is not None else "")
     if why:
         return 0, why
-    runs = len(planner.preview() or [])
+    runs = sum(1 for d in planner.preview() or [] if not d.skip and not any(
+        KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))  # runs that will start
     if runs < 2:
         return 0, "one run"
     return min(runs, MAX_RESIDENT), ""

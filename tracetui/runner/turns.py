@@ -57,6 +57,11 @@ class Turns:
         self.block = max(1, int(block))
         self._lock = threading.Lock()
         self._seats: dict[str, _Seat] = {}
+        self._closing: list[Any] = []  # connections of gone seats: closed on the coordinator's thread
+        #: lanes (threads) between one run and the next: their next run is about to start
+        self._between: set[int] = set()
+        self._lanes_seated: set[int] = set()
+        self._lanes_released: set[int] = set()
         self._order: list[str] = []  # the order runs first became ready: the turns go round it
         self._holder: str | None = None
         self._last: str | None = None
@@ -72,34 +77,52 @@ class Turns:
     def seat(self, run_id: str) -> Any:
         """A seat for a run about to start; returns the run's end of its pipe (for the payload)."""
         mine, theirs = self._ctx.Pipe(duplex=True)
+        lane = threading.get_ident()
         with self._lock:
             self._seats[run_id] = _Seat(mine)
             self._seated += 1
+            self._between.discard(lane)
+            self._lanes_seated.add(lane)
         self._poke()
         return theirs
 
     def unseat(self, run_id: str) -> None:
-        """The run's process has ended (reaped): its seat goes, and turns may go on."""
+        """The run's process has ended (reaped): its seat goes. Its lane is between runs until it
+        seats the next (:meth:`seat`), waits (:meth:`idle`) or stops (:meth:`lane_done`): no turn
+        meanwhile, so that the next run's start never runs beside a measured step."""
         with self._lock:
             seat = self._seats.pop(run_id, None)
             if self._holder == run_id:
                 self._holder = None
-        if seat is not None:
-            seat.conn.close()
+            if seat is not None:
+                self._closing.append(seat.conn)
+            self._between.add(threading.get_ident())
+        self._poke()
+
+    def idle(self) -> None:
+        """The calling lane waits without a run (for one that goes alone): turns go on, and a
+        lane that has not seated a run yet is not waited for."""
+        lane = threading.get_ident()
+        with self._lock:
+            self._between.discard(lane)
+            if lane not in self._lanes_seated and lane not in self._lanes_released:
+                self._lanes_released.add(lane)
+                self._hold -= 1
         self._poke()
 
     def lane_done(self) -> None:
-        """A lane stops without seating another run: do not wait for it."""
-        with self._lock:
-            self._hold -= 1
-        self._poke()
+        """The calling lane takes no more runs: do not wait for it."""
+        self.idle()
 
     def resident(self) -> int:
         with self._lock:
             return len(self._seats)
 
     def waiting(self, run_id: str) -> bool:
-        """Whether the run waits for a turn (started, ready, not holding it): not a stall."""
+        """Whether the run waits for a turn (started, ready, not holding it): not a stall (unless
+        the coordinator itself has gone)."""
+        if not self._thread.is_alive():
+            return False
         with self._lock:
             seat = self._seats.get(run_id)
             return seat is not None and seat.state == READY
@@ -109,7 +132,12 @@ class Turns:
             self._closed = True
         self._poke()
         self._thread.join(timeout=2.0)
-        for fd in (self._wake_r, self._wake_w):
+        with self._lock:
+            fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+            closing, self._closing = self._closing + [s.conn for s in self._seats.values()], []
+        for conn in closing:
+            conn.close()
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
@@ -117,29 +145,48 @@ class Turns:
 
     # ---- the coordinator ----------------------------------------------------------------------
     def _poke(self) -> None:
+        if self._wake_w < 0:
+            return
         try:
             os.write(self._wake_w, b"x")
         except OSError:
             pass
 
     def _loop(self) -> None:
-        from multiprocessing.connection import wait
+        import sys
+        import traceback
 
         while True:
             with self._lock:
                 if self._closed:
                     return
-                conns = {s.conn: rid for rid, s in self._seats.items() if s.state != EXITING}
-            ready = wait(list(conns) + [self._wake_r], timeout=1.0)
-            for obj in ready:
-                if obj == self._wake_r:
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except OSError:
-                        pass
-                    continue
-                self._heard(conns[obj], obj)
-            self._give()
+            try:
+                self._round()
+            except Exception:  # noqa: BLE001 - the coordinator must not die: every run would wait
+                traceback.print_exc(file=sys.stderr)
+                import time
+
+                time.sleep(0.1)
+
+    def _round(self) -> None:
+        from multiprocessing.connection import wait
+
+        with self._lock:
+            closing, self._closing = self._closing, []
+            conns = {s.conn: rid for rid, s in self._seats.items() if s.state != EXITING}
+            wake = self._wake_r
+        for conn in closing:  # only this thread waits on them: closed here, never under a wait
+            conn.close()
+        ready = wait(list(conns) + [wake], timeout=1.0)
+        for obj in ready:
+            if obj == wake:
+                try:
+                    os.read(wake, 4096)
+                except OSError:
+                    pass
+                continue
+            self._heard(conns[obj], obj)
+        self._give()
 
     def _heard(self, run_id: str, conn: Any) -> None:
         try:
@@ -165,7 +212,7 @@ class Turns:
 
     def _give(self) -> None:
         with self._lock:
-            if self._holder is not None or self._seated < self._hold:
+            if self._holder is not None or self._seated < self._hold or self._between:
                 return
             if any(s.state in (STARTING, EXITING) for s in self._seats.values()):
                 return
@@ -176,14 +223,15 @@ class Turns:
             for rid in order[start:] + order[:start]:
                 seat = self._seats[rid]
                 if seat.state == READY:
+                    self.turns_given += 1
                     try:
                         seat.conn.send("go")
                     except (OSError, ValueError):
+                        self.turns_given -= 1
                         seat.state = EXITING
                         continue
                     seat.state = ACTIVE
                     self._holder = self._last = rid
-                    self.turns_given += 1
                     return
 
 

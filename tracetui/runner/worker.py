@@ -148,6 +148,8 @@ def run(spec: dict, mp_queue: Any) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["TRACETUI_TRIAL"] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
+    if spec.get("interleaved"):  # nor the other resident runs on its GPU (probe/gpu.py)
+        os.environ["TRACETUI_RESIDENT"] = str(spec["interleaved"]["resident"])
     _thread_lock_for_progress_bars()
 
     from ..config import SweepConfig

@@ -81,6 +81,7 @@ def test_a_run_out_of_memory_under_its_share_runs_again_alone(tmp_path):
     for a, b in zip(steps, steps[1:]):
         assert b["begin"] >= a["end"] - 0.005
     assert all(e["run_id"].endswith("-alone") for e in again)
+    assert proc.stderr.count("started alone") == len(again)  # headless: no run of the plan's count
     rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
     for e in crowded:
         row = rows[e["run_id"].split("/")[-1]]

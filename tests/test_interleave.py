@@ -11,7 +11,7 @@ from .conftest import run_main
 from tracetui.config import ConfigError, SweepConfig, validate
 from tracetui.plan import GridPlanner
 from tracetui.runner.sweep import interleaving, memory_share
-from tracetui.search import wants_search
+from tracetui.search import make_planner, wants_search
 from tracetui.trial import Trial
 
 
@@ -94,6 +94,18 @@ def test_a_run_out_of_memory_under_its_share_runs_again_alone(tmp_path):
     again_rows = {r["trial"]: r for r in json.loads((tmp_path / "shown.json").read_text())["splits"]}
     assert {k: (r["status"], r["runs"]) for k, r in again_rows.items()} == {
         k: (r["status"], r["runs"]) for k, r in rows.items()}
+    # stopped before they could go again alone, the crowded attempts alone: no runs, no steps,
+    # no ranking (the same log without the runs that went alone)
+    kept = [line for line in log.read_text().splitlines() if "-alone" not in json.loads(line)["run_id"]]
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(kept) + "\n")
+    cut = run_main("show", short, "--export", "json", "-o", tmp_path / "short.json")
+    assert cut.returncode in (0, 1), cut.stderr
+    cut_rows = json.loads((tmp_path / "short.json").read_text())
+    for e in crowded:
+        row = next(r for r in cut_rows["splits"] if r["trial"] == e["run_id"].split("/")[-1])
+        assert row["status"] == "crowded" and row["runs"] == 0 and not row.get("step_ms_median")
+    assert not any(r["trial"] in cut_rows["recommendation"] for r in cut_rows["splits"] if r["status"] == "crowded")
 
 
 def test_a_run_that_cannot_start_does_not_hold_the_others(tmp_path):
@@ -127,6 +139,10 @@ def test_when_runs_are_interleaved():
     # above a handful of runs the sweep would search; --interleave asks for the grid's runs
     seven = [Trial(m, 64 // m) for m in (1, 2, 4, 8, 16, 32, 64)]
     assert wants_search(SweepConfig(), seven)[0] and not wants_search(on, seven)[0]
+    assert wants_search(on, seven, own_runs=False)[0]  # a script's runs are never interleaved
+    refused = SweepConfig(interleave=True, until_confident=5.0)
+    assert wants_search(refused, seven)[0]  # refused: the search stays, and the reason is the real one
+    assert "until-confident" in interleaving(refused, make_planner(refused, seven), [None], "cuda")[1]
     # shares: what is given, less a CUDA context a run on a GPU; none on the CPU by default
     assert memory_share(SweepConfig(interleave_memory=100.0), 4, "cuda") == 24.0
     assert memory_share(SweepConfig(interleave_memory=10.0), 4, "cpu") == 2.5
@@ -153,7 +169,7 @@ def test_no_turn_is_given_while_a_run_starts_or_exits_or_its_lane_is_between_run
 
     from tracetui.runner.turns import Turns
 
-    turns = Turns(mp.get_context("fork"), block=1, hold=2)
+    turns = Turns(mp.get_context("fork"), block=1, hold=1)  # one lane: this test
 
     def go(conn, timeout=2.0) -> bool:
         if conn.poll(timeout):

@@ -323,6 +323,8 @@ class RunData:
         return env.get("gpu_name") or "CPU"
 
     def measured(self) -> list[dict]:
+        if self.status == "crowded":
+            return []  # an interleaved attempt out of memory under its share: no steps of the split
         return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
     def add(self, event: dict) -> None:
@@ -347,7 +349,7 @@ class RunData:
         elif etype == RUN_FINISHED:
             # under data parallel every rank finishes; rank 0's record stands, and a rank that
             # failed is not overruled by one that finished after it
-            if event.get("rank", 0) == 0 and self.status not in FAIL_KINDS:
+            if event.get("rank", 0) == 0 and self.status not in RUN_FAILED_KINDS:
                 self.status = "ok"
                 self.finished = event
         elif etype == RUN_FAILED:
@@ -468,7 +470,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
-            status=status, runs=len(runs),
+            status=status, runs=sum(1 for r in runs if r.status != "crowded"),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
         )

@@ -572,3 +572,12 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
             raise ConfigError("--vary", f"{name} is varied, and also fixed to {fmt(getattr(cfg, name))} {fixed[name]}",
                               "drop one of the two: a varied setting takes each of its values in turn")
     return cfg
+
+
+def interleave_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
+    """Why the settings themselves rule interleaving out, or ""."""
+    return ("runs go side by side on several GPUs" if lanes > 1 or len(cfg.gpu_list()) > 1
+            else "torchrun runs are not interleaved" if cfg.world_size > 1
+            else "--no-probe runs have no probe to keep the turns" if not cfg.probe
+            else "--until-confident stops each split on the intervals of those measured before it"
+            if cfg.until_confident is not None else "")

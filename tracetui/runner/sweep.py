@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..config import SweepConfig
+from ..config import SweepConfig, interleave_refusal
 from ..events import RUN_FAILED, RUN_STARTED, STEP, make
 from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
@@ -338,7 +338,10 @@ class Sweep(SweepBase):
 
     def _emit(self, event: dict) -> None:
         if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
-                and event.get("run_id") in self._shared):
+                and event.get("run_id") in self._shared
+                # on a GPU the caching allocator says out of memory itself: a death by a signal
+                # there is no crowding
+                and not (self._device == "cuda" and "killed by" in str(event.get("message")))):
             # not a verdict on the split: it had a share of the device; it runs again alone
             self._crowded.add(event["run_id"])
             share = f"under its share ({self.share_gib:g} GiB) " if self.share_gib is not None else ""
@@ -359,9 +362,12 @@ class Sweep(SweepBase):
                     turns.idle()  # this lane waits: the resident runs go on, so that they can end
                 while self._alone_pending and not self._stop.is_set():
                     self._alone.wait(0.2)
-            if self._stop.is_set():
+                # seated under the same lock: a run going alone sees it resident, and waits
+                theirs = None if self._stop.is_set() else turns.seat(spec.run_id)
+            if theirs is None:
                 return self._not_started(spec, "interrupted", "stopped by the sweep")
-        theirs = turns.seat(spec.run_id) if turns is not None else None
+        else:
+            theirs = None
         try:
             status = self._start_run(spec, turns, theirs)
         finally:
@@ -385,7 +391,9 @@ class Sweep(SweepBase):
                     while self.turns is not None and self.turns.resident() and not self._stop.is_set():
                         self._alone.wait(0.2)
                 if self._stop.is_set():
-                    self._finished(spec, "interrupted", "stopped by the sweep before it could run again alone")
+                    said = "stopped by the sweep before it could run again alone"
+                    self._emit(make(RUN_FAILED, spec.run_id, kind="interrupted", message=said))
+                    self._finished(spec, "interrupted", said)
                     return "interrupted"
                 why = (f"{spec.why}; " if spec.why else "") + (
                     f"alone: out of memory under its share beside the interleaved runs ({spec.run_id.split('/')[-1]})")
@@ -459,12 +467,8 @@ def interleaving(cfg: SweepConfig, planner: Planner, lanes: list[int | None], de
     measured before it)."""
     if not cfg.interleave:
         return 0, "not asked for (--interleave)"
-    why = ("the search decides each run from the ones before it" if not isinstance(planner, GridPlanner)
-           else "runs go side by side on several GPUs" if len(lanes) > 1
-           else "torchrun runs are not interleaved" if cfg.world_size > 1
-           else "--no-probe runs have no probe to keep the turns" if not cfg.probe
-           else "--until-confident stops each split on the intervals of those measured before it"
-           if cfg.until_confident is not None else "")
+    why = interleave_refusal(cfg, len(lanes)) or (
+        "the search decides each run from the ones before it" if not isinstance(planner, GridPlanner) else "")
     if why:
         return 0, why
     runs = sum(1 for d in planner.preview() or [] if not d.skip and not any(

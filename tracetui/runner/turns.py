@@ -49,8 +49,9 @@ class _Seat:
 class Turns:
     """The coordinator: hands the turn to one seated run at a time (see the module's rules).
 
-    ``hold``: seats to wait for before the first turn (the runs the sweep starts side by side);
-    :meth:`lane_done` lowers it for a lane that will seat no run."""
+    ``hold``: lanes (threads) to wait for before the first turn, each seating its first run (the
+    runs the sweep starts side by side); a lane that waits or stops first (:meth:`idle`,
+    :meth:`lane_done`) is not waited for."""
 
     def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1):
         self._ctx = ctx
@@ -66,7 +67,6 @@ class Turns:
         self._holder: str | None = None
         self._last: str | None = None
         self._hold = hold
-        self._seated = 0
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         self.turns_given = 0
@@ -80,7 +80,6 @@ class Turns:
         lane = threading.get_ident()
         with self._lock:
             self._seats[run_id] = _Seat(mine)
-            self._seated += 1
             self._between.discard(lane)
             self._lanes_seated.add(lane)
         self._poke()
@@ -191,8 +190,8 @@ class Turns:
     def _heard(self, run_id: str, conn: Any) -> None:
         try:
             msg = conn.recv()
-        except (EOFError, OSError):
-            msg = ("end",)  # the process is gone (or going): it has ended
+        except Exception:  # noqa: BLE001 - EOF, a closed or garbled pipe: the run has ended
+            msg = ("end",)
         with self._lock:
             seat = self._seats.get(run_id)
             if seat is None:
@@ -212,7 +211,8 @@ class Turns:
 
     def _give(self) -> None:
         with self._lock:
-            if self._holder is not None or self._seated < self._hold or self._between:
+            lanes = len(self._lanes_seated | self._lanes_released)
+            if self._holder is not None or lanes < self._hold or self._between:
                 return
             if any(s.state in (STARTING, EXITING) for s in self._seats.values()):
                 return

@@ -23,7 +23,7 @@ from ..knobs import SHORT
 from ..phases import PHASES
 from ..trial import Trial, format_value
 
-FAILED = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped", "crowded")
+FAILED = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
 LIVE = ("queued", "warming up", "running")
 
 #: what each bound label means, in words: the help screen, the detail pane and the README say

@@ -41,6 +41,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from .analysis import PROBE_WHY, SETTLE_Z, enough_for_interval, predicted_text, settle_interval
+from .config import interleave_refusal
 from .knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from .trial import Trial
@@ -436,8 +437,6 @@ def wants_search(cfg, trials: list[Trial], own_runs: bool = True) -> tuple[bool,
     if getattr(cfg, "search", False):
         return True, ""
     if own_runs and getattr(cfg, "interleave", False):
-        from .config import interleave_refusal
-
         if not interleave_refusal(cfg):  # interleaving asks for the grid's runs, all at once
             return False, ""
     runs = len(trials) * cfg.repeats

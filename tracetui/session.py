@@ -483,7 +483,7 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     ns.default_output = default_output(sweep.log.path, output_format(ns))
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
-    line = getattr(sweep, "interleave_line", lambda: None)()
+    line = sweep.interleave_line()
     if line:
         say(f"tracetui: {line}")
     planned = sweep.planned()

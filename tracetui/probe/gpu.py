@@ -65,11 +65,10 @@ def physical_index(index: int) -> int:
     return index
 
 
-def _sweeps_own(pid: int, owner: int | None) -> bool:
-    """Whether ``pid`` descends from ``owner`` (tracetui's process): another run of the same
-    sweep (interleaved runs share the GPU on purpose, and wait while this one steps)."""
-    if not owner:
-        return False
+def _sweeps_own(pid: int, owner: int) -> bool:
+    """Whether ``pid`` descends from ``owner`` (:func:`.quiet.measuring_root`: tracetui's
+    process, for a trial): another run of the same sweep (interleaved runs share the GPU on
+    purpose, and wait while this one steps)."""
     for _ in range(6):
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
@@ -92,9 +91,10 @@ def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
     procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     me = os.getpid()
     if any(p.pid == me for p in procs):
-        owner = os.environ.get("TRACETUI_OWNER_PID", "")
-        owner_pid = int(owner) if owner.isdigit() else None
-        others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, owner_pid)]
+        from .quiet import measuring_root
+
+        root = measuring_root()
+        others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, root)]
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
         return len(others), mem
     # this process is one of them, and so are the sweep's other resident runs (--interleave)

@@ -50,6 +50,12 @@ class SweepBase:
     #: whether a run can be given fewer steps than ``--steps`` (a memory probe): not where a
     #: user's script decides its own
     short_runs = True
+    #: runs kept resident at once, taking turns (:mod:`.turns`; 0: one after another)
+    resident = 0
+
+    def interleave_line(self) -> str | None:
+        """One line on how the runs share the device, when they are interleaved."""
+        return None
 
     def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
         self.cfg = cfg

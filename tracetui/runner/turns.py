@@ -38,12 +38,11 @@ STARTING, READY, ACTIVE, EXITING = "starting", "ready", "active", "exiting"
 
 
 class _Seat:
-    __slots__ = ("conn", "state", "pid")
+    __slots__ = ("conn", "state")
 
     def __init__(self, conn: Any):
         self.conn = conn
         self.state = STARTING
-        self.pid: int | None = None
 
 
 class Turns:
@@ -61,8 +60,8 @@ class Turns:
         self._closing: list[Any] = []  # connections of gone seats: closed on the coordinator's thread
         #: lanes (threads) between one run and the next: their next run is about to start
         self._between: set[int] = set()
-        self._lanes_seated: set[int] = set()
-        self._lanes_released: set[int] = set()
+        #: lanes that have seated a run, or wait or stop without one: turns start once all have
+        self._lanes_in: set[int] = set()
         self._order: list[str] = []  # the order runs first became ready: the turns go round it
         self._holder: str | None = None
         self._last: str | None = None
@@ -81,7 +80,7 @@ class Turns:
         with self._lock:
             self._seats[run_id] = _Seat(mine)
             self._between.discard(lane)
-            self._lanes_seated.add(lane)
+            self._lanes_in.add(lane)
         self._poke()
         return theirs
 
@@ -104,9 +103,7 @@ class Turns:
         lane = threading.get_ident()
         with self._lock:
             self._between.discard(lane)
-            if lane not in self._lanes_seated and lane not in self._lanes_released:
-                self._lanes_released.add(lane)
-                self._hold -= 1
+            self._lanes_in.add(lane)
         self._poke()
 
     def lane_done(self) -> None:
@@ -198,7 +195,6 @@ class Turns:
                 return
             what = msg[0] if isinstance(msg, tuple) and msg else msg
             if what == "ready":
-                seat.pid = msg[1] if len(msg) > 1 else None
                 if run_id not in self._order:
                     self._order.append(run_id)
                 seat.state = READY
@@ -211,8 +207,7 @@ class Turns:
 
     def _give(self) -> None:
         with self._lock:
-            lanes = len(self._lanes_seated | self._lanes_released)
-            if self._holder is not None or lanes < self._hold or self._between:
+            if self._holder is not None or len(self._lanes_in) < self._hold or self._between:
                 return
             if any(s.state in (STARTING, EXITING) for s in self._seats.values()):
                 return
@@ -244,7 +239,6 @@ class Gate:
         self.conn = conn
         self.block = max(1, int(block))
         self.on_hold = on_hold or (lambda _waiting: None)
-        self.turns = 0
         self._asked = False
 
     def take(self) -> None:
@@ -257,7 +251,6 @@ class Gate:
                 pass
         finally:
             self.on_hold(False)
-        self.turns += 1
 
     def end(self) -> None:
         """No more steps: let the others go on once this process has exited."""

@@ -727,7 +727,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
         # a script's own settings come with its runs (run_started, run_settings), not tracetui's
         subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
                     else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-        if getattr(sweep, "resident", 0):
+        if sweep.resident:
             subtitle += f" · {sweep.resident} runs interleaved"
 
         app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=subtitle,

@@ -63,6 +63,9 @@ def compare(fixed: dict, adaptive: dict) -> bool:
           f"whole commands {fixed['wall_s']:.0f} s vs {adaptive['wall_s']:.0f} s")
     ok = same and ta <= tf / 3
     print(f"goal (same ranking, at most a third of the time): {'met' if ok else 'NOT met'}")
+    whole = adaptive["wall_s"] / fixed["wall_s"]
+    print(f"whole commands: adaptive / fixed = {whole:.3f}; goal (same ranking, at most a quarter): "
+          f"{'met' if same and whole <= 0.25 else 'NOT met'}")
     return ok
 
 

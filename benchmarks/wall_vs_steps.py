@@ -3,9 +3,11 @@
 Runs ``python -m tracetui ARGS --runs-dir DIR`` once, timed from start to exit, then reads the
 sweep's event log and prints one JSON line: the command's wall time, the summed time of every
 step (warm-up included), their ratio (the issue's bar: at most 1.15), and where the rest went:
-each run's start (asked for, to its first step: from its ``run_stage`` events, split into
-stages) and what lies outside every run (tracetui's own start before the first run, its end
-after the last).
+each run's start (asked for, to built and to its first step: from its ``run_stage`` events),
+what lies between one run's last step and the next one's first, how long a run built early (a
+head start) waited for its turn, how many measured steps ran beside another run's start (there
+must be none), and what lies outside every run (tracetui's own start before the first run, its
+end after the last).
 
     python benchmarks/wall_vs_steps.py --runs-dir /tmp/wvs -- --export json -o /tmp/a.json \\
         --model qwen3-1.7b --seq-len 512 --splits 1x4,2x2,4x1 --repeats 2 --steps 30
@@ -38,29 +40,57 @@ def main() -> None:
     summed = sum(e["wall_ms"] for e in steps) / 1000
     runs: dict[str, dict] = {}
     for e in events:
-        r = runs.setdefault(e.get("run_id", ""), {"stages": {}})
+        r = runs.setdefault(e.get("run_id", ""), {"stages": {}, "steps": []})
         if e["type"] == "run_stage":
             r["stages"][e["stage"]] = e["elapsed_s"]
             r.setdefault("asked_t", e["t"] - e["elapsed_s"])
-        elif e["type"] == "step" and "first_step_end_t" not in r:
-            r["first_step_end_t"] = e["t"]
-            r["first_step_s"] = e["wall_ms"] / 1000
+            if e["stage"].startswith("built, waiting"):  # a head start: built, it waits for its turn
+                r["ready_t"] = e["t"]
+            elif e["stage"] == "first step":  # the trainer is built (the stage's name says what comes next)
+                r["built_t"] = e["t"]
+        elif e["type"] == "step" and e.get("rank", 0) == 0:
+            # the step's span on the host clock (its event arrives a little later)
+            r["steps"].append((e["t_end"] - e["wall_ms"] / 1000, e["t_end"], bool(e.get("warmup")), e["wall_ms"]))
         elif e["type"] in ("run_finished", "run_failed"):
             r["end_t"] = e["t"]
-    starts = {}
+    order = sorted((r for r in runs.values() if "asked_t" in r and r["steps"]), key=lambda r: r["asked_t"])
+    starts, waited = {}, {}
     for rid, r in runs.items():
-        if "asked_t" in r and "first_step_end_t" in r:
-            # asked for -> its first step began (the first step itself is counted in the steps)
-            starts[rid.split("/")[-1]] = round(r["first_step_end_t"] - r["first_step_s"] - r["asked_t"], 2)
+        name = rid.split("/")[-1]
+        if "asked_t" in r and r["steps"]:
+            # asked for -> built (its trainer ready), and -> its first step began
+            starts[name] = {"built": round(r.get("built_t", r["steps"][0][0]) - r["asked_t"], 2),
+                            "first_step": round(r["steps"][0][0] - r["asked_t"], 2)}
+        if "ready_t" in r and r["steps"]:
+            waited[name] = round(r["steps"][0][0] - r["ready_t"], 2)
+    # between one run's last step and the next one's first: what the sweep pays per run
+    between = [round(b["steps"][0][0] - a["steps"][-1][1], 2) for a, b in zip(order, order[1:])]
+    # no measured step may run beside another run's start (asked for -> built)
+    beside = 0
+    for r in order:
+        for o in order:
+            if o is r or "built_t" not in o:
+                continue
+            beside += sum(1 for b, e, warm, _ in r["steps"] if not warm and b < o["built_t"] and e > o["asked_t"])
+    medians = {}
+    for rid, r in runs.items():
+        walls = sorted(w for _, _, warm, w in r["steps"] if not warm)
+        if walls:
+            medians[rid.split("/")[-1]] = round(walls[len(walls) // 2], 1)
     asked = [r["asked_t"] for r in runs.values() if "asked_t" in r]
     ends = [r["end_t"] for r in runs.values() if "end_t" in r]
     print(json.dumps({
         "name": ns.name, "exit": proc.returncode, "wall_s": round(t1 - t0, 1), "steps_s": round(summed, 1),
         "wall_over_steps": round((t1 - t0) / summed, 3) if summed else None, "steps": len(steps),
+        "warmup_steps_s": round(sum(e["wall_ms"] for e in steps if e.get("warmup")) / 1000, 1),
         "before_first_run_s": round(min(asked) - t0, 1) if asked else None,
         "after_last_run_s": round(t1 - max(ends), 1) if ends else None,
-        "start_to_first_step_s": starts,
-        "stages_of_first_run": next((r["stages"] for r in runs.values() if r["stages"]), {}),
+        "between_runs_s": between,
+        "start_s": starts,
+        "waited_built_s": waited,
+        "measured_steps_beside_a_start": beside,
+        "median_ms": medians,
+        "stages_of_first_run": order[0]["stages"] if order else {},
         "stderr_tail": proc.stderr.strip().splitlines()[-3:],
     }))
 

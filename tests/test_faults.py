@@ -367,15 +367,26 @@ def test_transformers_without_a_needed_callback_event(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_a_trial_killed_under_a_memory_cap_leaks_nothing_at_exit(tmp_path):
-    """A trial that dies by a signal under --memory-limit on the CPU: the failed sweep says so
-    and exits 1, with no "leaked semaphore objects" warning from multiprocessing at its exit (the
-    trial's progress-bar lock was one, which it never got to release)."""
-    proc = run_cli("--export", "csv", "-o", tmp_path / "o.csv", "--splits", "4x1", "--steps", 3, "--warmup", 1,
-                   "--memory-limit", 0.5, "--runs-dir", tmp_path / "runs")
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "out of memory at micro-batch 4 under --memory-limit 0.5 GiB" in proc.stderr
-    assert "leaked" not in proc.stderr, proc.stderr[-2000:]
+def test_a_trial_killed_by_a_signal_leaks_nothing_at_exit(tmp_path):
+    """A trial that dies by a signal (here SIGKILL, from outside, after its first step): the
+    failed sweep says so and exits 1, with no "leaked semaphore objects" warning from
+    multiprocessing at its exit (the trial's progress-bar lock was one, which it never got to
+    release)."""
+    runs = tmp_path / "runs"
+    proc = _start(["--export", "csv", "-o", tmp_path / "o.csv", "--splits", "4x1", "--steps", 200, "--warmup", 1,
+                   "--repeats", 1, "--runs-dir", runs], tmp_path)
+    try:
+        _wait(lambda: any(e["type"] == "step" for e in _events(runs)) or proc.poll() is not None)
+        (pid,) = [e["pid"] for e in _events(runs) if e["type"] == "run_started"]
+        os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err[-2000:]
+    assert "killed by SIGKILL" in err, err[-2000:]
+    assert "leaked" not in err, err[-2000:]
 
 
 def _children(pid: int) -> list[int]:

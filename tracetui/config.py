@@ -148,6 +148,9 @@ class SweepConfig:
                                       "--turn-steps steps, so that the splits meet the same machine (their starts "
                                       "overlap one another, never a measured step)", negatable=True)
     turn_steps: int = setting(2, "with interleaved runs: steps a run takes per turn")
+    head_start: bool = setting(True, "start each next run of a grid while the one before takes its warm-up "
+                                     "steps; built, it waits for its turn (never a start beside a measured "
+                                     "step): a sweep pays about one run's start", negatable=True)
     interleave_memory: float | None = setting(None, "memory the interleaved runs may hold in all, shared equally "
                                                     "(default: the GPU's free memory; on the CPU, no cap); a run "
                                                     "out of memory under its share runs again alone",
@@ -572,6 +575,15 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
             raise ConfigError("--vary", f"{name} is varied, and also fixed to {fmt(getattr(cfg, name))} {fixed[name]}",
                               "drop one of the two: a varied setting takes each of its values in turn")
     return cfg
+
+
+def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
+    """Why the settings themselves rule head starts out (:mod:`tracetui.runner.turns`), or ""."""
+    return ("runs go side by side on several GPUs" if lanes > 1 or len(cfg.gpu_list()) > 1
+            else "torchrun starts its own ranks" if cfg.world_size > 1
+            else "--no-probe runs have no probe to hold a built run before its first step" if not cfg.probe
+            else f"--warmup {cfg.warmup} leaves no warm-up step after the first to start the next run in"
+            if cfg.warmup < 2 else "")
 
 
 def interleave_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:

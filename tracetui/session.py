@@ -375,7 +375,8 @@ def progress_printer(total_runs: int, steps: int):
                 say(f"[{state['n']}{of}] {label}: not started")
                 return
             pid = f" (pid {e['pid']})" if e.get("pid") else ""  # (none where the supervisor reports it)
-            say(f"[{state['n']}{of}] {label}: started on {where}{pid}")
+            early = ", a head start: built now, it steps once the run before it ends" if e.get("head_start") else ""
+            say(f"[{state['n']}{of}] {label}: started on {where}{pid}{early}")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
             every = max(1, total // 10)
@@ -483,7 +484,7 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     ns.default_output = default_output(sweep.log.path, output_format(ns))
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
-    line = sweep.interleave_line()
+    line = sweep.sharing_line()
     if line:
         say(f"tracetui: {line}")
     planned = sweep.planned()

@@ -253,12 +253,23 @@ class Probe(TrainerCallback):
             self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
 
     def _take_turn(self) -> None:
-        """Interleaved: give the turn back once this run's work has finished on the device (the
-        next run's steps must not overlap it), wait for it again, and restart the step clock:
-        the wait is no step's."""
+        """Interleaved or relayed (:mod:`tracetui.runner.turns`): give the turn back once this
+        run's work has finished on the device (the next run's steps must not overlap it), wait
+        for it again, and restart the step clock: the wait is no step's."""
+        self._wait_turn()
+        self._restart_clock()
+
+    def _wait_turn(self) -> None:
+        footprint = None
         if self.cuda:
             self._torch.cuda.synchronize(self.device)
-        self.gate.take()
+            footprint = self._torch.cuda.memory_reserved(self.device) / 2**30
+        sent = self.gate.take(footprint)
+        if sent is not None and hasattr(self.stop_after, "references"):
+            # --until-confident: the splits measured before this run, complete now that they ended
+            self.stop_after.references = [tuple(r) for r in sent]
+
+    def _restart_clock(self) -> None:
         if self._last_end is not None:
             self._last_end = self.clock.mark("start")
         self._turn_first = True
@@ -323,10 +334,6 @@ class Probe(TrainerCallback):
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             peak = data_peak_gib()
-        if self._step == self.warmup:
-            # the last warm-up step: the machine's picture starts here, inside a step that is
-            # not counted (a /proc scan in a measured step would be charged to it)
-            self._quiet_start = quiet.snapshot()
         with self._lock:
             end = self.clock.mark("end")
             marks = [self._last_end] + self._marks + [end]
@@ -345,9 +352,19 @@ class Probe(TrainerCallback):
             self.stop_reason = self.stop_after(self._measured_walls) or None
             if self.stop_reason:
                 control.should_training_stop = True
-        if (self.gate is not None and self._step % self.gate.block == 0 and not control.should_training_stop
-                and state.global_step < state.max_steps):
-            self._take_turn()
+        turn = False
+        if self.gate is not None:
+            self.gate.stepped(self._step)
+            turn = self.gate.due(self._step) and not control.should_training_stop and state.global_step < state.max_steps
+            if turn:
+                self._wait_turn()
+        if self._step == self.warmup:
+            # the last warm-up step: the machine's picture starts here, after any wait for the
+            # turn, before the next step's clock (a /proc scan in a measured step would be
+            # charged to it)
+            self._quiet_start = quiet.snapshot()
+        if turn:
+            self._restart_clock()
 
     def on_train_end(self, args, state, control, **kwargs):
         self._resolve(block=True)

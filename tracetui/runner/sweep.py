@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..config import SweepConfig, interleave_refusal
+from ..config import SweepConfig, head_start_refusal, interleave_refusal
 from ..events import RUN_FAILED, RUN_STARTED, STEP, make
 from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
@@ -52,9 +52,11 @@ class SweepBase:
     short_runs = True
     #: runs kept resident at once, taking turns (:mod:`.turns`; 0: one after another)
     resident = 0
+    #: head starts (:mod:`.turns`): each next run starts during the current one's warm-up
+    relay = False
 
-    def interleave_line(self) -> str | None:
-        """One line on how the runs share the device, when they are interleaved."""
+    def sharing_line(self) -> str | None:
+        """One line on how the runs share the device, when they overlap at all."""
         return None
 
     def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
@@ -307,16 +309,23 @@ class Sweep(SweepBase):
         self.share_gib: float | None = None
         if self.resident:
             self.share_gib = memory_share(cfg, self.resident, self._device)
+        #: head starts: the next run starts during the current one's warm-up (:mod:`.turns`)
+        self.relay, why_not = (False, "") if self.resident else relaying(cfg, self.planner, self.lanes, self._device)
         self.turns: Turns | None = None
         self._crowded: set[str] = set()  # interleaved runs that ran out of memory under their share
         self._shared: set[str] = set()  # interleaved runs whose memory the others may have taken
+        self._footprint: float | None = None  # GiB the largest built run held (head starts)
         self._alone = threading.Condition()
         self._alone_pending = 0
         self._solo = threading.Lock()
         _ensure_resource_tracker()
 
-    def interleave_line(self) -> str | None:
-        """One line on how the runs share the device, when they are interleaved."""
+    def sharing_line(self) -> str | None:
+        """One line on how the runs share the device: interleaved, or with head starts."""
+        if self.relay:
+            return (f"head starts: each next run starts during the one before's warm-up ({self.cfg.warmup} steps, "
+                    "not measured) and waits, built, for its turn: no start beside a measured step "
+                    "(--no-head-start: one after another)")
         if not self.resident:
             return None
         share = f", {self.share_gib:g} GiB of memory each" if self.share_gib is not None else ""
@@ -324,10 +333,15 @@ class Sweep(SweepBase):
                 "(--no-interleave: one after another)")
 
     def run(self) -> dict[str, str]:
-        if not self.resident:
+        if not self.resident and not self.relay:
             return super().run()
-        self.turns = Turns(self._ctx, self.cfg.turn_steps, hold=self.resident)
-        lanes, self.lanes = self.lanes, self.lanes * self.resident
+        if self.relay:
+            self.turns = Turns(self._ctx, relay=True, room=self._room,
+                               on_go=self._references_now if self.cfg.until_confident is not None else None)
+            lanes, self.lanes = self.lanes, self.lanes * 2
+        else:
+            self.turns = Turns(self._ctx, self.cfg.turn_steps, hold=self.resident)
+            lanes, self.lanes = self.lanes, self.lanes * self.resident
         try:
             return super().run()
         finally:
@@ -342,19 +356,45 @@ class Sweep(SweepBase):
     def _again(self, spec: RunSpec) -> bool:
         return spec.run_id in self._crowded
 
+    def _references_now(self, run_id: str) -> list[tuple[float, float]]:
+        """``--until-confident``'s references for a run getting its first turn: with head
+        starts, the runs before it ended after it started."""
+        spec = next((s for s in self.plan if s.run_id == run_id), None)
+        return self.references(spec) if spec is not None else []
+
+    def _room(self, footprint: float | None) -> bool:
+        """Head starts: whether the device has room for one more run beside the current one
+        (which is past its first step, so holds about its peak): the free memory of its GPU
+        (NVML) against what a built run held (the largest said so far, or a quarter of the
+        card before any has), its CUDA context and a margin. Always on the CPU."""
+        if self._device != "cuda":
+            return True
+        free = card_gib(self.cfg, free=True)
+        total = card_gib(self.cfg)
+        if free is None or total is None:
+            return False  # cannot tell: no head start
+        if footprint is not None:
+            self._footprint = max(self._footprint or 0.0, footprint)
+        need = 1.25 * self._footprint + CONTEXT_GIB if self._footprint is not None else total / 4
+        return free >= need + 0.05 * total
+
     def _emit(self, event: dict) -> None:
+        rid = event.get("run_id")
         if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
-                and event.get("run_id") in self._shared
+                and (rid in self._shared or (self.relay and self.turns is not None and self.turns.beside(rid)))
                 # on a GPU the caching allocator says out of memory itself: a death by a signal
                 # there is no crowding
                 and not (self._device == "cuda" and "killed by" in str(event.get("message")))):
-            # not a verdict on the split: it had a share of the device; it runs again alone
-            self._crowded.add(event["run_id"])
-            share = f"under its share ({self.share_gib:g} GiB) " if self.share_gib is not None else ""
+            # not a verdict on the split: it shared the device; it runs again alone
+            self._crowded.add(rid)
             said = event.get("message") or ""
+            if self.relay:
+                beside = "beside the next run, built early (a head start)"
+            else:
+                share = f"under its share ({self.share_gib:g} GiB) " if self.share_gib is not None else ""
+                beside = f"{share}beside the other interleaved runs"
             event = dict(event, kind="crowded", message=(
-                f"out of memory {share}beside the other interleaved runs, so run again alone" + (
-                    f" ({said})" if said else "")))
+                f"out of memory {beside}, so run again alone" + (f" ({said})" if said else "")))
         super()._emit(event)
 
     def close(self) -> None:
@@ -362,18 +402,19 @@ class Sweep(SweepBase):
 
     def _run_one(self, spec: RunSpec, alone: bool = False) -> str:
         turns = None if alone else self.turns
-        if turns is not None:
+        theirs = None
+        while turns is not None and theirs is None:
             with self._alone:  # a run going again alone has the device to itself
                 if self._alone_pending:
                     turns.idle()  # this lane waits: the resident runs go on, so that they can end
                 while self._alone_pending and not self._stop.is_set():
                     self._alone.wait(0.2)
+                if self._stop.is_set():
+                    return self._not_started(spec, "interrupted", "stopped by the sweep")
                 # seated under the same lock: a run going alone sees it resident, and waits
-                theirs = None if self._stop.is_set() else turns.seat(spec.run_id)
-            if theirs is None:
-                return self._not_started(spec, "interrupted", "stopped by the sweep")
-        else:
-            theirs = None
+                theirs = turns.seat(spec.run_id)
+            if theirs is None:  # head starts: not yet (the current run is not in its warm-up)
+                turns.wait_to_start(self._stop)
         try:
             status = self._start_run(spec, turns, theirs)
         finally:
@@ -401,8 +442,10 @@ class Sweep(SweepBase):
                     self._emit(make(RUN_FAILED, spec.run_id, kind="interrupted", message=said))
                     self._finished(spec, "interrupted", said)
                     return "interrupted"
+                beside = ("beside the next run, built early" if self.relay
+                          else "under its share beside the interleaved runs")
                 why = (f"{spec.why}; " if spec.why else "") + (
-                    f"alone: out of memory under its share beside the interleaved runs ({spec.run_id.split('/')[-1]})")
+                    f"alone: out of memory {beside} ({spec.run_id.split('/')[-1]})")
                 with self._wake:  # its own id: the planned ids of later repeats stay theirs
                     again = RunSpec(f"{spec.run_id}-alone", spec.trial, spec.repeat, spec.gpu, why, spec.steps)
                     self._ids.add(again.run_id)
@@ -428,7 +471,10 @@ class Sweep(SweepBase):
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
         waiting = None
-        if turns is not None:
+        if turns is not None and turns.relay:
+            # started beside the run before it (a head start), or the first / after a gap
+            payload.update(turn=theirs, relay=True, head_start=turns.resident() > 1)
+        elif turns is not None:
             payload.update(turn=theirs, turn_steps=turns.block, share_gib=self.share_gib,
                            interleaved={"resident": self.resident, "turn_steps": turns.block,
                                         "share_gib": self.share_gib})
@@ -436,6 +482,7 @@ class Sweep(SweepBase):
             if (self.share_gib is not None and (limit is None or self.share_gib < limit)) or (
                     self.share_gib is None and limit is None and self._device == "cuda"):
                 self._shared.add(spec.run_id)  # out of memory, it may be the others' doing
+        if turns is not None:
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
         from . import worker
 
@@ -482,6 +529,26 @@ def interleaving(cfg: SweepConfig, planner: Planner, lanes: list[int | None], de
     if runs < 2:
         return 0, "one run"
     return min(runs, MAX_RESIDENT), ""
+
+
+def relaying(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device: str) -> tuple[bool, str]:
+    """Whether each next run starts during the current one's warm-up (head starts), and why not.
+
+    On by default (``--no-head-start``) for the grid on one device: the search decides each run
+    from the ones before it, torchrun's ranks and a script start themselves, ``--no-probe`` runs
+    have no probe to hold a run at its first step, and the next run may only start after the
+    current one's first step with warm-up steps still to come (``--warmup`` 2 or more)."""
+    if not cfg.head_start:
+        return False, "not asked for"
+    why = head_start_refusal(cfg, len(lanes)) or (
+        "the search decides each run from the ones before it" if not isinstance(planner, GridPlanner) else "")
+    if why:
+        return False, why
+    runs = sum(1 for d in planner.preview() or [] if not d.skip and not any(
+        KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))  # runs that will start
+    if runs < 2:
+        return False, "one run"
+    return True, ""
 
 
 def gpu_model_warnings(lanes: list[int | None]) -> list[str]:

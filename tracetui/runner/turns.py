@@ -19,13 +19,28 @@ The rules, kept by :class:`Turns` in tracetui's process:
 A run's step clock restarts when it gets the turn back (:class:`Gate`): its wait is no step's.
 Each run is still its own process (a crash or an out-of-memory cannot poison another), and a
 run that ran out of memory under its share of the device is run again alone (the sweep's).
+
+Head starts (``relay``, the default for a grid run one after another). The same coordinator, so
+that a run's start no longer sits between two runs: the next run starts while the current one
+takes its warm-up steps (which are not measured), is built, and waits at its first step. The
+rules:
+
+- a run holds the turn from its first step to the end of its warm-up, then asks for it again;
+  it gets it back once no run is starting, and keeps it to its last step;
+- the next run may start only while the current one is inside its warm-up, after its first
+  step (whose peak memory is then known: an out-of-memory on a first step is never beside
+  another run), and only where the device's free memory holds it (:meth:`Turns.seat`);
+- the oldest ready run gets the turn (the current one, then the one that started early), and no
+  turn is given while a run that ended is still exiting.
+
+So every measured step runs with nothing beside it but a run that waits, blocked on its pipe.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 #: steps a run takes per turn (``--turn-steps``)
 TURN_STEPS = 2
@@ -38,11 +53,15 @@ STARTING, READY, ACTIVE, EXITING = "starting", "ready", "active", "exiting"
 
 
 class _Seat:
-    __slots__ = ("conn", "state")
+    __slots__ = ("conn", "state", "warm", "footprint")
 
     def __init__(self, conn: Any):
         self.conn = conn
         self.state = STARTING
+        #: relay: inside its warm-up, past its first step (the next run may start now)
+        self.warm = False
+        #: GiB the run's process held on its device once built (its "ready")
+        self.footprint: float | None = None
 
 
 class Turns:
@@ -50,12 +69,22 @@ class Turns:
 
     ``hold``: lanes (threads) to wait for before the first turn, each seating its first run (the
     runs the sweep starts side by side); a lane that waits or stops first (:meth:`idle`,
-    :meth:`lane_done`) is not waited for."""
+    :meth:`lane_done`) is not waited for.
 
-    def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1):
+    ``relay``: head starts (see the module's note); ``room(gib)`` says whether the device has
+    room for one more run of ``gib`` held once built (None: the first run has not said yet);
+    ``on_go(run_id)``: what to send a run with its first turn (``--until-confident``'s
+    references, complete only once the runs before it have ended)."""
+
+    def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1, relay: bool = False,
+                 room: Callable[[float | None], bool] | None = None,
+                 on_go: Callable[[str], Any] | None = None):
         self._ctx = ctx
         self.block = max(1, int(block))
-        self._lock = threading.Lock()
+        self.relay = relay
+        self._room = room or (lambda _gib: True)
+        self._on_go = on_go
+        self._lock = threading.Condition(threading.Lock())
         self._seats: dict[str, _Seat] = {}
         self._closing: list[Any] = []  # connections of gone seats: closed on the coordinator's thread
         #: lanes (threads) between one run and the next: their next run is about to start
@@ -66,6 +95,7 @@ class Turns:
         self._holder: str | None = None
         self._last: str | None = None
         self._hold = hold
+        self._went: set[str] = set()  # runs that have had a turn
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         self.turns_given = 0
@@ -74,15 +104,35 @@ class Turns:
 
     # ---- the sweep's side ---------------------------------------------------------------------
     def seat(self, run_id: str) -> Any:
-        """A seat for a run about to start; returns the run's end of its pipe (for the payload)."""
-        mine, theirs = self._ctx.Pipe(duplex=True)
+        """A seat for a run about to start; returns the run's end of its pipe (for the payload).
+        Relay: None while the run may not start yet (:meth:`wait_to_start`)."""
         lane = threading.get_ident()
         with self._lock:
-            self._seats[run_id] = _Seat(mine)
             self._between.discard(lane)
             self._lanes_in.add(lane)
+            if self.relay:
+                if not self._may_start():
+                    self._poke()
+                    return None
+            mine, theirs = self._ctx.Pipe(duplex=True)
+            self._seats[run_id] = _Seat(mine)
         self._poke()
         return theirs
+
+    def wait_to_start(self, stop: threading.Event) -> None:
+        """Relay: wait (as an idle lane: turns go on) until a run may start, or ``stop``."""
+        with self._lock:
+            while not self._closed and not stop.is_set() and not self._may_start():
+                self._lock.wait(0.2)
+
+    def _may_start(self) -> bool:
+        """Relay (under the lock): whether a run may start now."""
+        seats = list(self._seats.values())
+        if not seats:
+            return True
+        if len(seats) > 1 or not (seats[0].state == ACTIVE and seats[0].warm):
+            return False
+        return bool(self._room(seats[0].footprint))
 
     def unseat(self, run_id: str) -> None:
         """The run's process has ended (reaped): its seat goes. Its lane is between runs until it
@@ -95,6 +145,7 @@ class Turns:
             if seat is not None:
                 self._closing.append(seat.conn)
             self._between.add(threading.get_ident())
+            self._lock.notify_all()
         self._poke()
 
     def idle(self) -> None:
@@ -109,6 +160,12 @@ class Turns:
     def lane_done(self) -> None:
         """The calling lane takes no more runs: do not wait for it."""
         self.idle()
+
+    def beside(self, run_id: str) -> bool:
+        """Whether ``run_id`` is resident with another run now (one out of memory now may have
+        been crowded out rather than too big)."""
+        with self._lock:
+            return run_id in self._seats and len(self._seats) > 1
 
     def resident(self) -> int:
         with self._lock:
@@ -126,6 +183,7 @@ class Turns:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._lock.notify_all()
         self._poke()
         self._thread.join(timeout=2.0)
         with self._lock:
@@ -198,12 +256,19 @@ class Turns:
                 if run_id not in self._order:
                     self._order.append(run_id)
                 seat.state = READY
+                if len(msg) > 2 and isinstance(msg[2], (int, float)):
+                    seat.footprint = float(msg[2])
             elif what == "yield":
                 seat.state = READY
+                seat.warm = False
+            elif what == "warm":  # relay: past its first step, inside its warm-up
+                seat.warm = seat.state == ACTIVE
             else:  # "end": no more steps; its process exits, and is reaped before turns go on
                 seat.state = EXITING
+                seat.warm = False
             if self._holder == run_id and seat.state != ACTIVE:
                 self._holder = None
+            self._lock.notify_all()
 
     def _give(self) -> None:
         with self._lock:
@@ -214,41 +279,73 @@ class Turns:
             order = [rid for rid in self._order if rid in self._seats]
             if not order:
                 return
-            start = order.index(self._last) + 1 if self._last in order else 0
-            for rid in order[start:] + order[:start]:
+            if self.relay:  # the oldest ready run: the current one keeps its place
+                order = [rid for rid in self._seats if rid in order]
+            else:  # round the runs, from the one after the last to hold it
+                start = order.index(self._last) + 1 if self._last in order else 0
+                order = order[start:] + order[:start]
+            for rid in order:
                 seat = self._seats[rid]
                 if seat.state == READY:
                     self.turns_given += 1
                     try:
-                        seat.conn.send("go")
+                        first = rid not in self._went
+                        seat.conn.send(("go", self._on_go(rid)) if first and self._on_go else "go")
                     except (OSError, ValueError):
                         self.turns_given -= 1
                         seat.state = EXITING
                         continue
+                    self._went.add(rid)
                     seat.state = ACTIVE
                     self._holder = self._last = rid
+                    self._lock.notify_all()
                     return
 
 
 class Gate:
     """A run's side of :class:`Turns`: :meth:`take` blocks until the run holds the turn.
     ``on_hold(bool)`` is told when the run starts and stops waiting (its GPU sampler pauses:
-    what the device does meanwhile is another run's)."""
+    what the device does meanwhile is another run's).
 
-    def __init__(self, conn: Any, block: int, on_hold=None):
+    Interleaved, the run gives the turn back every ``block`` steps. Relay (``warmup`` given: a
+    head start, see the module's note), it takes the turn at its first step and once more after
+    its ``warmup`` steps, and says when it is past its first step inside its warm-up."""
+
+    def __init__(self, conn: Any, block: int, on_hold=None, warmup: int | None = None):
         self.conn = conn
         self.block = max(1, int(block))
+        self.warmup = warmup
         self.on_hold = on_hold or (lambda _waiting: None)
         self._asked = False
 
-    def take(self) -> None:
-        """Give the turn back (after the first time) and wait for it again."""
+    def due(self, step: int) -> bool:
+        """Whether the run gives the turn back after optimizer step ``step`` (1-based)."""
+        if self.warmup is not None:
+            return step == self.warmup
+        return step % self.block == 0
+
+    def stepped(self, step: int) -> None:
+        """Relay: after the first step, with warm-up steps still to come, the next run may start."""
+        if self.warmup is not None and step == 1 < self.warmup:
+            try:
+                self.conn.send(("warm",))
+            except (OSError, ValueError):
+                pass
+
+    def take(self, footprint: float | None = None) -> Any:
+        """Give the turn back (after the first time) and wait for it again. ``footprint``: GiB
+        the process holds on its device (said once, with its first ask). Returns what the
+        sweep sent with the run's first turn, or None."""
         self.on_hold(True)
         try:
-            self.conn.send(("yield",) if self._asked else ("ready", os.getpid()))
+            self.conn.send(("yield",) if self._asked else ("ready", os.getpid(), footprint))
             self._asked = True
-            while self.conn.recv() != "go":
-                pass
+            while True:
+                msg = self.conn.recv()
+                if msg == "go":
+                    return None
+                if isinstance(msg, tuple) and msg and msg[0] == "go":
+                    return msg[1] if len(msg) > 1 else None
         finally:
             self.on_hold(False)
 

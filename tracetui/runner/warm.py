@@ -17,3 +17,7 @@ if get_checkpoint_conversion_mapping is not None:
         get_checkpoint_conversion_mapping("llama")
     except Exception:  # noqa: BLE001 - a warm-up that fails leaves the trial to build it, as before
         pass
+
+from . import metadata  # noqa: E402 - its helper has answered by now, or is waited for here
+
+metadata.settle()

@@ -148,8 +148,11 @@ def run(spec: dict, mp_queue: Any) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["TRACETUI_TRIAL"] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
-    if spec.get("interleaved"):  # nor the other resident runs on its GPU (probe/gpu.py)
-        os.environ["TRACETUI_RESIDENT"] = str(spec["interleaved"]["resident"])
+    # nor the other resident runs on its GPU (probe/gpu.py): interleaved, or the next run, built
+    # early beside this one (a head start)
+    resident = (spec.get("interleaved") or {}).get("resident") or (2 if spec.get("relay") else 0)
+    if resident:
+        os.environ["TRACETUI_RESIDENT"] = str(resident)
     _thread_lock_for_progress_bars()
 
     from ..config import SweepConfig
@@ -188,7 +191,8 @@ def run(spec: dict, mp_queue: Any) -> None:
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
                                         "lora_targets", "memory_limit", "seed", *KNOBS)},
                        gpu=spec.get("gpu"), log_path=spec["log_path"],
-                       **({"interleaved": spec["interleaved"]} if spec.get("interleaved") else {})))
+                       **({"interleaved": spec["interleaved"]} if spec.get("interleaved") else {}),
+                       **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
         if device == "cuda":
             from ..probe.gpu import GpuSampler
 
@@ -260,6 +264,10 @@ def classify_failure(exc: BaseException, micro_batch: int, varied: dict | None =
     if settings.get("torch_compile") and any(type(e).__name__ in _COMPILE_FAILURES for e in chain):
         return "unavailable", f"torch_compile=on does not compile here: {type(exc).__name__}: {text[:200]}"
     return "error", f"{type(exc).__name__}: {text[:300]}"
+
+
+#: the stage of a run that is built and waits for its turn (:mod:`.turns`)
+WAITING_STAGE = "built, waiting for its turn"
 
 
 class Stages:
@@ -387,9 +395,9 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
           stages: Stages | None = None, hold=None) -> dict:
     """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``).
 
-    Interleaved (``spec["turn"]``, :mod:`.turns`): steps only while the run holds the turn
-    (``hold`` is told when it waits), and its memory is capped at ``spec["share_gib"]``, its
-    share of the device beside the other resident runs."""
+    Interleaved or relayed (``spec["turn"]``, :mod:`.turns`): steps only while the run holds
+    the turn (``hold`` is told when it waits); interleaved, its memory is capped at
+    ``spec["share_gib"]``, its share of the device beside the other resident runs."""
     import shutil
 
     import torch
@@ -406,7 +414,17 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     if probe is not None and spec.get("turn") is not None:
         from .turns import Gate
 
-        probe.gate = Gate(spec["turn"], spec.get("turn_steps") or 1, on_hold=hold)
+        said = []
+
+        def on_hold(waiting: bool) -> None:
+            if waiting and not said and stages is not None:
+                said.append(True)  # a run built before its turn (a head start) says why it waits
+                stages.enter(WAITING_STAGE)
+            if hold is not None:
+                hold(waiting)
+
+        probe.gate = Gate(spec["turn"], spec.get("turn_steps") or 1, on_hold=on_hold,
+                          warmup=cfg.warmup if spec.get("relay") else None)
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra, stages=stages)
     try:
         caps = [g for g in (cfg.memory_limit, spec.get("share_gib")) if g is not None]

@@ -247,7 +247,11 @@ class TraceApp(App):
             if e["type"] in ("run_settings", "run_started"):
                 self._show_settings()
             if e["type"] in ("run_started", "step") and run.status in ("warming up", "running"):
-                self._focus_run = run.run_id
+                focused = self.results.runs.get(self._focus_run) if self._focus_run else None
+                # a run built early (a head start) waits: the panes stay on the one stepping
+                if e["type"] == "step" or not e.get("head_start") or focused is None or focused.status not in (
+                        "warming up", "running"):
+                    self._focus_run = run.run_id
         if events:
             self.events_applied += len(events)
             self._dirty = True
@@ -729,6 +733,8 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
                     else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
         if sweep.resident:
             subtitle += f" · {sweep.resident} runs interleaved"
+        elif sweep.relay:
+            subtitle += " · head starts"
 
         app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=subtitle,
                        project_steps=ns.project_steps, force=getattr(ns, "force", False))

@@ -1,0 +1,194 @@
+"""Head starts (tracetui.runner.turns, relay): each next run of a grid starts while the one
+before takes its warm-up steps, and waits, built, for its turn.
+
+Real sweeps of the tiny preset on the CPU: real forked workers, real pipes to the coordinator,
+a real trainer in each; and the coordinator's rules with real pipes."""
+
+import json
+import multiprocessing as mp
+import threading
+from pathlib import Path
+
+from .conftest import run_main
+
+from tracetui.config import SweepConfig
+from tracetui.plan import GridPlanner
+from tracetui.runner.sweep import relaying
+from tracetui.runner.turns import Turns
+from tracetui.runner.worker import WAITING_STAGE
+from tracetui.search import make_planner
+from tracetui.trial import Trial
+
+
+def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
+    """The log's events, and per run: when its process started (host clock), when it was built
+    and waiting, and its steps (begin, end, warm-up)."""
+    (log,) = list(runs_dir.glob("*/events.jsonl"))
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    runs: dict[str, dict] = {}
+    for e in events:
+        r = runs.setdefault(e["run_id"], {"steps": []})
+        if e["type"] == "run_stage":
+            r.setdefault("forked", e["t"] - e["elapsed_s"])
+            r["stages"] = e["stages"]
+            if e["stage"] == WAITING_STAGE:
+                r["ready"] = e["t"]
+        elif e["type"] == "run_started":
+            r["started"] = e
+        elif e["type"] == "step":
+            r["steps"].append((e["t_end"] - e["wall_ms"] / 1000, e["t_end"], e["warmup"]))
+        elif e["type"] in ("run_finished", "run_failed"):
+            r["end"] = e
+    return events, runs
+
+
+def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tmp_path):
+    out = tmp_path / "sum.json"
+    proc = run_main("--splits", "1x4,2x2,4x1", "--steps", "7", "--warmup", "3", "--repeats", "1",
+                    "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "head starts: each next run starts during the one before's warm-up (3 steps" in proc.stderr
+    events, runs = _runs(tmp_path / "runs")
+    order = sorted(runs.values(), key=lambda r: r["forked"])
+    assert len(order) == 3 and all(r["end"]["type"] == "run_finished" for r in order)
+    # the first run starts alone; each later one while the run before it is inside its warm-up:
+    # after its first step, before its last warm-up step ended
+    assert not order[0]["started"].get("head_start")
+    for before, run in zip(order, order[1:]):
+        assert run["started"].get("head_start") is True
+        warm = [s for s in before["steps"] if s[2]]
+        assert len(warm) == 3
+        assert warm[0][1] <= run["forked"] < warm[-1][1], (warm, run["forked"])
+        # built, it waited for its turn: its first step began after the run before it ended
+        assert run["ready"] < before["steps"][-1][1] <= run["steps"][0][0]
+    # no measured step ran beside another run's start (process start to built and waiting)
+    for run in order:
+        for other in order:
+            if other is run:
+                continue
+            for begin, end, warmup in run["steps"]:
+                if not warmup:
+                    assert end <= other["forked"] or begin >= other["ready"], (begin, end, other["forked"])
+    # the wait is no part of a run's start: start_s ends where the trainer was built
+    rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
+    assert all(r["status"] == "ok" and r["steps_measured"] == 4 for r in rows.values())
+    later = order[-1]
+    waited = later["steps"][0][0] - later["forked"]
+    assert rows["4x1"]["start_s"] < waited, (rows["4x1"]["start_s"], waited)
+    assert "head start" in proc.stderr  # the headless line of a run built early says so
+
+
+def test_without_head_starts_each_run_starts_after_the_one_before_ends(tmp_path):
+    proc = run_main("--splits", "1x4,4x1", "--steps", "5", "--repeats", "1", "--no-head-start",
+                    "--runs-dir", tmp_path / "runs", "--export", "json", "-o", tmp_path / "s.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "head starts" not in proc.stderr
+    _, runs = _runs(tmp_path / "runs")
+    first, second = sorted(runs.values(), key=lambda r: r["forked"])
+    assert second["forked"] >= first["end"]["t"]
+    assert "ready" not in second and not second["started"].get("head_start")
+
+
+def test_until_confident_runs_get_the_references_of_the_runs_that_ended_before_their_turn(tmp_path):
+    """--until-confident with head starts: a later split starts before the one before it has
+    measured anything, so its stopping rule gets its references with its first turn. A later
+    split clear of the first by more than the bar stops as soon as the rule allows."""
+    out = tmp_path / "s.json"
+    proc = run_main("--splits", "1x4,4x1", "--steps", "40", "--warmup", "2", "--min-steps", "6",
+                    "--until-confident", "50", "--repeats", "1", "--runs-dir", tmp_path / "runs",
+                    "--export", "json", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    _, runs = _runs(tmp_path / "runs")
+    first, second = sorted(runs.values(), key=lambda r: r["forked"])
+    assert second["started"].get("head_start") is True
+    assert first["end"]["stop_reason"] and second["end"]["stop_reason"]
+    assert len(second["steps"]) < 40  # stopped by the rule, not the cap
+
+
+def test_a_probe_takes_its_references_with_its_first_turn():
+    """The worker's side, with a real pipe and gate: what the sweep sends with the first turn
+    replaces the (then incomplete) references the run started with."""
+    from tracetui.analysis import StopRule
+    from tracetui.probe.callback import Probe
+    from tracetui.runner.turns import Gate
+
+    mine, theirs = mp.get_context("fork").Pipe(duplex=True)
+    probe = Probe(lambda e: None, "r", warmup=2, stop_after=StopRule(5.0, 6, []))
+    probe.gate = Gate(theirs, 1, warmup=2)
+    probe.cuda = False
+    mine.send(("go", [[100.0, 120.0]]))
+    probe._take_turn()
+    assert mine.recv()[0] == "ready"
+    assert probe.stop_after.references == [(100.0, 120.0)]
+    assert probe.gate.due(2) and not probe.gate.due(1) and not probe.gate.due(4)
+
+
+def test_when_runs_get_head_starts():
+    trials = [Trial(1, 4), Trial(4, 1)]
+    grid = GridPlanner(trials, 1)
+    assert relaying(SweepConfig(), grid, [None], "cuda") == (True, "")
+    assert relaying(SweepConfig(), grid, [None], "cpu") == (True, "")
+    assert relaying(SweepConfig(head_start=False), grid, [None], "cuda")[0] is False
+    assert relaying(SweepConfig(), grid, [0, 1], "cuda")[1] == "runs go side by side on several GPUs"
+    assert "warm-up step after the first" in relaying(SweepConfig(warmup=1), grid, [None], "cuda")[1]
+    assert "no probe" in relaying(SweepConfig(probe=False), grid, [None], "cuda")[1]
+    assert "torchrun" in relaying(SweepConfig(nproc_per_node=2), grid, [None], "cuda")[1]
+    assert relaying(SweepConfig(), GridPlanner(trials[:1], 1), [None], "cuda") == (False, "one run")
+    search_cfg = SweepConfig(search=True)
+    assert "search" in relaying(search_cfg, make_planner(search_cfg, trials), [None], "cuda")[1]
+
+
+def test_the_coordinators_relay_rules():
+    """With real pipes (this test plays the runs and their lanes): a run may start only while
+    the one before is past its first step inside its warm-up, and where there is room; the
+    oldest ready run gets the turn; a run gets what the sweep sends with its first turn only."""
+    room = {"ok": False}
+    said: list = []
+    sent = []
+
+    def on_go(rid):
+        sent.append(rid)
+        return [(1.0, 2.0)] if rid == "b" else []
+
+    turns = Turns(mp.get_context("fork"), relay=True,
+                  room=lambda gib: said.append(gib) or room["ok"], on_go=on_go)
+
+    def go(conn, timeout=2.0):
+        if conn.poll(timeout):
+            return conn.recv()
+        return None
+
+    try:
+        a = turns.seat("a")
+        assert a is not None  # nothing resident: starts at once
+        assert turns.seat("b") is None  # a is starting: b may not
+        a.send(("ready", 1, 3.5))
+        assert go(a) == ("go", [])
+        assert turns.seat("b") is None  # a steps, but has not said it is past its first step
+        a.send(("warm",))
+        stop = threading.Event()
+        waiter = threading.Thread(target=turns.wait_to_start, args=(stop,))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and said and said[-1] == 3.5  # no room: it waits
+        room["ok"] = True
+        waiter.join(2.0)
+        assert not waiter.is_alive()
+        b = turns.seat("b")
+        assert b is not None and turns.beside("a") and turns.beside("b")
+        a.send(("yield",))  # a's warm-up is over: no turn while b starts
+        assert go(a, 0.3) is None
+        b.send(("ready", 2, 3.5))
+        assert go(a) == "go" and go(b, 0.3) is None  # the oldest ready run: a again
+        assert turns.waiting("b") and not turns.waiting("a")
+        assert turns.seat("c") is None  # two resident: no third
+        a.send(("end",))
+        assert go(b, 0.3) is None  # a exits: nothing steps until it is reaped
+        turns.unseat("a")
+        turns.idle()  # its lane waits for its next run's start
+        assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "b"]
+        assert not turns.beside("b")
+        b.send(("end",))
+        turns.unseat("b")
+    finally:
+        turns.close()

@@ -58,9 +58,13 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tm
         assert run["started"].get("head_start") is True
         warm = [s for s in before["steps"] if s[2]]
         assert len(warm) == 3
-        assert warm[0][1] <= run["forked"] < warm[-1][1], (warm, run["forked"])
-        # built, it waited for its turn: its first step began after the run before it ended
+        assert before["ready"] <= run["forked"] < warm[-1][1], (before["ready"], warm, run["forked"])
+        # built, it waited for its turn: its first step began after the run before it ended,
+        # and its first measured step after the run before it had said so (its process exits
+        # meanwhile: warm-up steps only)
         assert run["ready"] < before["steps"][-1][1] <= run["steps"][0][0]
+        first_measured = next(b for b, _, warm in run["steps"] if not warm)
+        assert first_measured >= before["end"]["t"]
     # no measured step ran beside another run's start (process start to built and waiting)
     for run in order:
         for other in order:
@@ -130,7 +134,8 @@ def test_when_runs_get_head_starts():
     assert relaying(SweepConfig(), grid, [None], "cpu") == (True, "")
     assert relaying(SweepConfig(head_start=False), grid, [None], "cuda")[0] is False
     assert relaying(SweepConfig(), grid, [0, 1], "cuda")[1] == "runs go side by side on several GPUs"
-    assert "warm-up step after the first" in relaying(SweepConfig(warmup=1), grid, [None], "cuda")[1]
+    assert relaying(SweepConfig(warmup=1), grid, [None], "cuda") == (True, "")
+    assert "--warmup 0" in relaying(SweepConfig(warmup=0), grid, [None], "cuda")[1]
     assert "no probe" in relaying(SweepConfig(probe=False), grid, [None], "cuda")[1]
     assert "torchrun" in relaying(SweepConfig(nproc_per_node=2), grid, [None], "cuda")[1]
     assert relaying(SweepConfig(), GridPlanner(trials[:1], 1), [None], "cuda") == (False, "one run")
@@ -142,7 +147,7 @@ def test_the_coordinators_relay_rules():
     """With real pipes (this test plays the runs and their lanes): a run may start only while
     the one before is past its first step inside its warm-up, and where there is room; the
     oldest ready run gets the turn; a run gets what the sweep sends with its first turn only."""
-    room = {"ok": False}
+    room = {"ok": False, "step": False}
     said: list = []
     sent = []
 
@@ -150,8 +155,8 @@ def test_the_coordinators_relay_rules():
         sent.append(rid)
         return [(1.0, 2.0)] if rid == "b" else []
 
-    turns = Turns(mp.get_context("fork"), relay=True,
-                  room=lambda gib: said.append(gib) or room["ok"], on_go=on_go)
+    turns = Turns(mp.get_context("fork"), relay=True, room=lambda rid, gib: said.append((rid, gib)) or room["ok"],
+                  room_to_step=lambda rid: room["step"], on_go=on_go)
 
     def go(conn, timeout=2.0):
         if conn.poll(timeout):
@@ -170,7 +175,7 @@ def test_the_coordinators_relay_rules():
         waiter = threading.Thread(target=turns.wait_to_start, args=(stop,))
         waiter.start()
         waiter.join(0.5)
-        assert waiter.is_alive() and said and said[-1] == 3.5  # no room: it waits
+        assert waiter.is_alive() and said and said[-1] == ("a", 3.5)  # no room: it waits
         room["ok"] = True
         waiter.join(2.0)
         assert not waiter.is_alive()
@@ -183,10 +188,15 @@ def test_the_coordinators_relay_rules():
         assert turns.waiting("b") and not turns.waiting("a")
         assert turns.seat("c") is None  # two resident: no third
         a.send(("end",))
-        assert go(b, 0.3) is None  # a exits: nothing steps until it is reaped
+        assert go(b, 0.3) is None  # a exits: no room for b's steps beside it, so none until it is reaped
+        room["step"] = True
+        turns.idle()  # (a poke: the coordinator looks again)
+        assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "b"]  # b's warm-up, while a exits
+        b.send(("yield",))  # b's warm-up is over: its measured steps wait for a's reap
+        assert go(b, 0.3) is None
         turns.unseat("a")
         turns.idle()  # its lane waits for its next run's start
-        assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "b"]
+        assert go(b) == "go"
         assert not turns.beside("b")
         b.send(("end",))
         turns.unseat("b")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200, device call 1 of 2 (the second: h200_head_start_verdict.sh). "before" is the code of
+# One H200, device call 1 of 3 (then h200_head_start_2.sh, h200_head_start_verdict.sh). "before" is the code of
 # commit 6bc6329 (OLD: a checkout of it), "after" the code of the commit that adds this file (run
 # from its root). qwen3-1.7b, seq 512, bf16, checkpointing off.
 #  1. plain TRL, 4x1 and 1x4, 25 steps (benchmarks/plain_steps.py): the training without

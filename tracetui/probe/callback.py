@@ -249,6 +249,7 @@ class Probe(TrainerCallback):
             self.emit(self.settings_event())
         if self.gate is not None:
             self._take_turn()  # built and ready: no step before this run holds the turn
+            self.gate.warming()
         if self.warmup == 0:
             self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
 
@@ -354,7 +355,6 @@ class Probe(TrainerCallback):
                 control.should_training_stop = True
         turn = False
         if self.gate is not None:
-            self.gate.stepped(self._step)
             turn = self.gate.due(self._step) and not control.should_training_stop and state.global_step < state.max_steps
             if turn:
                 self._wait_turn()

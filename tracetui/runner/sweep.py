@@ -315,6 +315,8 @@ class Sweep(SweepBase):
         self._crowded: set[str] = set()  # interleaved runs that ran out of memory under their share
         self._shared: set[str] = set()  # interleaved runs whose memory the others may have taken
         self._footprint: float | None = None  # GiB the largest built run held (head starts)
+        self._per_example: float | None = None  # the most GiB a step held per example (head starts)
+        self._micro_batch: dict[str, int] = {}
         self._alone = threading.Condition()
         self._alone_pending = 0
         self._solo = threading.Lock()
@@ -336,7 +338,7 @@ class Sweep(SweepBase):
         if not self.resident and not self.relay:
             return super().run()
         if self.relay:
-            self.turns = Turns(self._ctx, relay=True, room=self._room,
+            self.turns = Turns(self._ctx, relay=True, room=self._room, room_to_step=self._room_to_step,
                                on_go=self._references_now if self.cfg.until_confident is not None else None)
             lanes, self.lanes = self.lanes, self.lanes * 2
         else:
@@ -362,11 +364,20 @@ class Sweep(SweepBase):
         spec = next((s for s in self.plan if s.run_id == run_id), None)
         return self.references(spec) if spec is not None else []
 
-    def _room(self, footprint: float | None) -> bool:
-        """Head starts: whether the device has room for one more run beside the current one
-        (which is past its first step, so holds about its peak): the free memory of its GPU
-        (NVML) against what a built run held (the largest said so far, or a quarter of the
-        card before any has), its CUDA context and a margin. Always on the CPU."""
+    def _step_gib(self, run_id: str, total: float) -> float | None:
+        """What ``run_id``'s steps may hold on the device, weights included (GiB): the most a
+        step of this sweep has held per example so far, times the run's micro-batch, and a
+        quarter more; None before any step was measured."""
+        mb = self._micro_batch.get(run_id)
+        if self._per_example is None or mb is None:
+            return None
+        return min(total, 1.25 * self._per_example * mb)
+
+    def _room(self, current: str, footprint: float | None) -> bool:
+        """Head starts: whether the device has room for one more run beside ``current``: the
+        free memory of its GPU (NVML) against what a built run held (the largest said so far),
+        its CUDA context, what the current run's steps may still take (:meth:`_step_gib`; a
+        quarter of the card before any step was measured) and a margin. Always on the CPU."""
         if self._device != "cuda":
             return True
         free = card_gib(self.cfg, free=True)
@@ -375,11 +386,30 @@ class Sweep(SweepBase):
             return False  # cannot tell: no head start
         if footprint is not None:
             self._footprint = max(self._footprint or 0.0, footprint)
-        need = 1.25 * self._footprint + CONTEXT_GIB if self._footprint is not None else total / 4
+        if self._footprint is None:
+            return False
+        steps = self._step_gib(current, total)
+        need = 1.25 * self._footprint + CONTEXT_GIB + (steps if steps is not None else total / 4)
         return free >= need + 0.05 * total
+
+    def _room_to_step(self, run_id: str) -> bool:
+        """Head starts: whether ``run_id`` (built) may take its warm-up steps while the run
+        before it exits and still holds its memory: where its steps' estimate fits in what is
+        free, with a margin; always on the CPU; never with ``--until-confident``."""
+        if self.cfg.until_confident is not None:
+            return False  # its references (sent with this turn) must hold every step of the run before
+        if self._device != "cuda":
+            return True
+        free = card_gib(self.cfg, free=True)
+        total = card_gib(self.cfg)
+        steps = self._step_gib(run_id, total) if total is not None else None
+        return free is not None and steps is not None and free >= steps + 0.05 * total
 
     def _emit(self, event: dict) -> None:
         rid = event.get("run_id")
+        if event.get("type") == STEP and event.get("peak_mem_gib") and rid in self._micro_batch:
+            per = float(event["peak_mem_gib"]) / self._micro_batch[rid]
+            self._per_example = max(self._per_example or 0.0, per)
         if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
                 and (rid in self._shared or (self.relay and self.turns is not None and self.turns.beside(rid)))
                 # on a GPU the caching allocator says out of memory itself: a death by a signal
@@ -458,6 +488,7 @@ class Sweep(SweepBase):
                 self._alone.notify_all()
 
     def _start_run(self, spec: RunSpec, turns: Turns | None, theirs) -> str:
+        self._micro_batch[spec.run_id] = spec.trial.micro_batch
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))

@@ -27,11 +27,12 @@ rules:
 
 - a run holds the turn from its first step to the end of its warm-up, then asks for it again;
   it gets it back once no run is starting, and keeps it to its last step;
-- the next run may start only while the current one is inside its warm-up, after its first
-  step (whose peak memory is then known: an out-of-memory on a first step is never beside
-  another run), and only where the device's free memory holds it (:meth:`Turns.seat`);
-- the oldest ready run gets the turn (the current one, then the one that started early), and no
-  turn is given while a run that ended is still exiting.
+- the next run may start only while the current one is inside its warm-up, and only where the
+  device's free memory holds it beside the current one's steps (:meth:`Turns.seat`; the sweep
+  estimates what a step holds from the steps measured so far);
+- the oldest ready run gets the turn (the current one, then the one that started early); its
+  warm-up may begin while the run before it exits, where there is room, but no measured step
+  begins before that run has exited.
 
 So every measured step runs with nothing beside it but a run that waits, blocked on its pipe.
 """
@@ -71,18 +72,22 @@ class Turns:
     runs the sweep starts side by side); a lane that waits or stops first (:meth:`idle`,
     :meth:`lane_done`) is not waited for.
 
-    ``relay``: head starts (see the module's note); ``room(gib)`` says whether the device has
-    room for one more run of ``gib`` held once built (None: the first run has not said yet);
+    ``relay``: head starts (see the module's note); ``room(current, gib)`` says whether the
+    device has room for one more run beside ``current`` (which held ``gib`` once built, None if
+    it did not say), ``room_to_step(run)`` whether ``run`` may take its warm-up steps while the
+    run before it exits (default: no);
     ``on_go(run_id)``: what to send a run with its first turn (``--until-confident``'s
     references, complete only once the runs before it have ended)."""
 
     def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1, relay: bool = False,
-                 room: Callable[[float | None], bool] | None = None,
+                 room: Callable[[str, float | None], bool] | None = None,
+                 room_to_step: Callable[[str], bool] | None = None,
                  on_go: Callable[[str], Any] | None = None):
         self._ctx = ctx
         self.block = max(1, int(block))
         self.relay = relay
-        self._room = room or (lambda _gib: True)
+        self._room = room or (lambda _rid, _gib: True)
+        self._room_to_step = room_to_step or (lambda _rid: False)
         self._on_go = on_go
         self._lock = threading.Condition(threading.Lock())
         self._seats: dict[str, _Seat] = {}
@@ -127,12 +132,14 @@ class Turns:
 
     def _may_start(self) -> bool:
         """Relay (under the lock): whether a run may start now."""
-        seats = list(self._seats.values())
-        if not seats:
+        if not self._seats:
             return True
-        if len(seats) > 1 or not (seats[0].state == ACTIVE and seats[0].warm):
+        if len(self._seats) > 1:
             return False
-        return bool(self._room(seats[0].footprint))
+        ((rid, seat),) = self._seats.items()
+        if not (seat.state == ACTIVE and seat.warm):
+            return False
+        return bool(self._room(rid, seat.footprint))
 
     def unseat(self, run_id: str) -> None:
         """The run's process has ended (reaped): its seat goes. Its lane is between runs until it
@@ -261,7 +268,7 @@ class Turns:
             elif what == "yield":
                 seat.state = READY
                 seat.warm = False
-            elif what == "warm":  # relay: past its first step, inside its warm-up
+            elif what == "warm":  # relay: stepping inside its warm-up
                 seat.warm = seat.state == ACTIVE
             else:  # "end": no more steps; its process exits, and is reaped before turns go on
                 seat.state = EXITING
@@ -274,9 +281,16 @@ class Turns:
         with self._lock:
             if self._holder is not None or len(self._lanes_in) < self._hold or self._between:
                 return
-            if any(s.state in (STARTING, EXITING) for s in self._seats.values()):
+            if any(s.state == STARTING for s in self._seats.values()):
+                return
+            exiting = any(s.state == EXITING for s in self._seats.values())
+            if exiting and not self.relay:
                 return
             order = [rid for rid in self._order if rid in self._seats]
+            if exiting:
+                # relay: a run's warm-up may begin while the one before exits (no measured step
+                # of either: its measured steps wait for the reap), where there is room for it
+                order = [rid for rid in order if rid not in self._went and self._room_to_step(rid)]
             if not order:
                 return
             if self.relay:  # the oldest ready run: the current one keeps its place
@@ -309,7 +323,7 @@ class Gate:
 
     Interleaved, the run gives the turn back every ``block`` steps. Relay (``warmup`` given: a
     head start, see the module's note), it takes the turn at its first step and once more after
-    its ``warmup`` steps, and says when it is past its first step inside its warm-up."""
+    its ``warmup`` steps, and says when its warm-up begins."""
 
     def __init__(self, conn: Any, block: int, on_hold=None, warmup: int | None = None):
         self.conn = conn
@@ -324,9 +338,9 @@ class Gate:
             return step == self.warmup
         return step % self.block == 0
 
-    def stepped(self, step: int) -> None:
-        """Relay: after the first step, with warm-up steps still to come, the next run may start."""
-        if self.warmup is not None and step == 1 < self.warmup:
+    def warming(self) -> None:
+        """Relay: this run holds its first turn, its warm-up steps to come: the next run may start."""
+        if self.warmup:
             try:
                 self.conn.send(("warm",))
             except (OSError, ValueError):

@@ -79,6 +79,10 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tm
     later = order[-1]
     waited = later["steps"][0][0] - later["forked"]
     assert rows["4x1"]["start_s"] < waited, (rows["4x1"]["start_s"], waited)
+    # nor of its training time: the trainer's clock ran on while it waited
+    end = later["end"]
+    assert end["waited_s"] >= later["steps"][0][0] - later["ready"] - 0.05, (end, later["ready"])
+    assert end["train_runtime_s"] < later["steps"][-1][1] - later["steps"][0][0] + 1.0, end
     assert "head start" in proc.stderr  # the headless line of a run built early says so
 
 

@@ -331,6 +331,8 @@ class Gate:
         self.warmup = warmup
         self.on_hold = on_hold or (lambda _waiting: None)
         self._asked = False
+        #: seconds spent waiting for the turn (no part of the run's training time)
+        self.waited = 0.0
 
     def due(self, step: int) -> bool:
         """Whether the run gives the turn back after optimizer step ``step`` (1-based)."""
@@ -350,7 +352,10 @@ class Gate:
         """Give the turn back (after the first time) and wait for it again. ``footprint``: GiB
         the process holds on its device (said once, with its first ask). Returns what the
         sweep sent with the run's first turn, or None."""
+        import time
+
         self.on_hold(True)
+        t0 = time.monotonic()
         try:
             self.conn.send(("yield",) if self._asked else ("ready", os.getpid(), footprint))
             self._asked = True
@@ -361,6 +366,7 @@ class Gate:
                 if isinstance(msg, tuple) and msg and msg[0] == "go":
                     return msg[1] if len(msg) > 1 else None
         finally:
+            self.waited += time.monotonic() - t0
             self.on_hold(False)
 
     def end(self) -> None:

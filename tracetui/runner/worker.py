@@ -209,6 +209,7 @@ def run(spec: dict, mp_queue: Any) -> None:
         metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec, stages,
                         hold=sampler.hold if sampler is not None else None)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
+                       **({"waited_s": metrics["waited_s"]} if "waited_s" in metrics else {}),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
                        stop_reason=metrics.get("stop_reason"), quiet=metrics.get("quiet") or {}))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
@@ -435,6 +436,10 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     finally:
         shutil.rmtree(trainer.args.output_dir, ignore_errors=True)  # nothing is saved there
     metrics = dict(result.metrics)
+    if probe is not None and probe.gate is not None and metrics.get("train_runtime") is not None:
+        # the trainer's clock ran on while the run waited for its turn: training time it is not
+        metrics["train_runtime"] = max(0.0, float(metrics["train_runtime"]) - probe.gate.waited)
+        metrics["waited_s"] = round(probe.gate.waited, 3)
     metrics["steps"] = trainer.state.global_step
     metrics["stopped_early"] = trainer.state.global_step < cfg.steps
     metrics["stop_reason"] = probe.stop_reason if probe is not None and metrics["stopped_early"] else None

@@ -206,3 +206,21 @@ def test_the_coordinators_relay_rules():
         turns.unseat("b")
     finally:
         turns.close()
+
+
+def test_a_run_out_of_memory_under_its_own_cap_is_out_of_memory_even_beside_a_head_start(tmp_path):
+    """On the CPU --memory-limit caps each run's own data size: the big micro-batch runs out of
+    memory on its first step while the next run starts beside it, and that is its own limit,
+    not crowding: recorded oom once, not run again alone."""
+    out = tmp_path / "s.json"
+    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 3, "--warmup", 1, "--seq-len", 512,
+                    "--memory-limit", 2.6, "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    events, runs = _runs(tmp_path / "runs")
+    assert any(r["started"].get("head_start") for r in runs.values() if "started" in r)
+    failed = [e for e in events if e["type"] == "run_failed"]
+    assert failed and all(e["kind"] == "oom" and e["run_id"].endswith("16x1") for e in failed), failed
+    assert not any("-alone" in rid for rid in runs)
+    rows = {r["trial"]: r["status"] for r in json.loads(out.read_text())["splits"]}
+    assert rows == {"16x1": "oom", "1x16": "ok"}
+

@@ -411,7 +411,10 @@ class Sweep(SweepBase):
             per = float(event["peak_mem_gib"]) / self._micro_batch[rid]
             self._per_example = max(self._per_example or 0.0, per)
         if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
-                and (rid in self._shared or (self.relay and self.turns is not None and self.turns.beside(rid)))
+                # head starts: on a GPU, where runs share one memory (on the CPU a run's own cap
+                # is what it ran out of)
+                and (rid in self._shared or (self.relay and self._device == "cuda" and self.turns is not None
+                                             and self.turns.beside(rid)))
                 # on a GPU the caching allocator says out of memory itself: a death by a signal
                 # there is no crowding
                 and not (self._device == "cuda" and "killed by" in str(event.get("message")))):

@@ -138,8 +138,8 @@ def test_when_runs_get_head_starts():
     assert relaying(SweepConfig(), grid, [None], "cpu") == (True, "")
     assert relaying(SweepConfig(head_start=False), grid, [None], "cuda")[0] is False
     assert relaying(SweepConfig(), grid, [0, 1], "cuda")[1] == "runs go side by side on several GPUs"
-    assert relaying(SweepConfig(warmup=1), grid, [None], "cuda") == (True, "")
-    assert "--warmup 0" in relaying(SweepConfig(warmup=0), grid, [None], "cuda")[1]
+    assert relaying(SweepConfig(warmup=2), grid, [None], "cuda") == (True, "")
+    assert "--warmup 1: a head start needs 2" in relaying(SweepConfig(warmup=1), grid, [None], "cuda")[1]
     assert "no probe" in relaying(SweepConfig(probe=False), grid, [None], "cuda")[1]
     assert "torchrun" in relaying(SweepConfig(nproc_per_node=2), grid, [None], "cuda")[1]
     assert relaying(SweepConfig(), GridPlanner(trials[:1], 1), [None], "cuda") == (False, "one run")
@@ -213,7 +213,7 @@ def test_a_run_out_of_memory_under_its_own_cap_is_out_of_memory_even_beside_a_he
     memory on its first step while the next run starts beside it, and that is its own limit,
     not crowding: recorded oom once, not run again alone."""
     out = tmp_path / "s.json"
-    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 3, "--warmup", 1, "--seq-len", 512,
+    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 4, "--warmup", 2, "--seq-len", 512,
                     "--memory-limit", 2.6, "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
     assert proc.returncode == 0, proc.stderr
     events, runs = _runs(tmp_path / "runs")

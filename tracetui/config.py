@@ -582,7 +582,8 @@ def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
     return ("runs go side by side on several GPUs" if lanes > 1 or len(cfg.gpu_list()) > 1
             else "torchrun starts its own ranks" if cfg.world_size > 1
             else "--no-probe runs have no probe to hold a built run before its first step" if not cfg.probe
-            else "--warmup 0 leaves no warm-up steps to start the next run in" if cfg.warmup < 1 else "")
+            else f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
+            if cfg.warmup < 2 else "")
 
 
 def interleave_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:

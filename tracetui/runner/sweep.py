@@ -570,8 +570,8 @@ def relaying(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device
 
     On by default (``--no-head-start``) for the grid on one device: the search decides each run
     from the ones before it, torchrun's ranks and a script start themselves, ``--no-probe`` runs
-    have no probe to hold a run at its first step, and the next run may only start after the
-    current one's first step with warm-up steps still to come (``--warmup`` 2 or more)."""
+    have no probe to hold a run at its first step, and the next run starts only inside the
+    current one's warm-up (``--warmup`` 2 or more)."""
     if not cfg.head_start:
         return False, "not asked for"
     why = head_start_refusal(cfg, len(lanes)) or (

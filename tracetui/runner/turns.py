@@ -59,7 +59,7 @@ class _Seat:
     def __init__(self, conn: Any):
         self.conn = conn
         self.state = STARTING
-        #: relay: inside its warm-up, past its first step (the next run may start now)
+        #: relay: stepping inside its warm-up (the next run may start now)
         self.warm = False
         #: GiB the run's process held on its device once built (its "ready")
         self.footprint: float | None = None

@@ -428,7 +428,8 @@ def test_failed_splits_are_not_ranked_and_ddp_ranks_do_not_overrule_a_failure():
 
 
 @pytest.mark.slow
-def test_settings_that_fail_every_run_stop_the_sweep_after_two(tmp_path):
+@pytest.mark.parametrize("warmup", [1, 3])  # 3: with head starts, a lane waits to start the next run
+def test_settings_that_fail_every_run_stop_the_sweep_after_two(tmp_path, warmup):
     """A local model folder with a config but no tokenizer or weights passes the up-front checks
     and then fails in every run: after two identical failures before any step, the rest are not
     run, and one line blames the settings (exit 2), instead of exit 1 after every run."""
@@ -440,8 +441,9 @@ def test_settings_that_fail_every_run_stop_the_sweep_after_two(tmp_path):
     build_config("tiny").save_pretrained(model)
     out = tmp_path / "r.csv"
     proc = run_main("--export", "csv", "-o", out, "--model", model, "--splits", "1x4,2x2,4x1", "--steps", 4,
-                    "--warmup", 1, "--runs-dir", tmp_path / "runs")
+                    "--warmup", warmup, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 2, proc.stderr[-2000:]
+    assert ("head starts" in proc.stderr) == (warmup >= 2)
     assert proc.stderr.count("started on") <= 2
     last = [l for l in proc.stderr.splitlines() if l.startswith("tracetui: error: every run fails the same way")]
     assert len(last) == 1 and last[0].endswith("; 1 more not run")  # 4x1, after 1x4 and 2x2 failed alike

@@ -444,6 +444,9 @@ class Sweep(SweepBase):
                     self._alone.wait(0.2)
                 if self._stop.is_set():
                     return self._not_started(spec, "interrupted", "stopped by the sweep")
+                if self.same_failure is not None:  # decided while it waited for a head start
+                    return self._not_started(spec, "error",
+                                             f"not run: every run fails the same way ({self.same_failure})")
                 # seated under the same lock: a run going alone sees it resident, and waits
                 theirs = turns.seat(spec.run_id)
             if theirs is None:  # head starts: not yet (the current run is not in its warm-up)

@@ -403,15 +403,19 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
-def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(tmp_path):
+@pytest.mark.parametrize("warmup", [1, 3])  # 3: with head starts, 2x2 is built and waits beside 1x4
+def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(tmp_path, warmup):
     """Something outside tracetui (an out-of-memory killer, `pkill python`) kills the fork
     server mid-sweep: the trial forked from it goes too and says why; the next trial starts a
-    new server and the sweep finishes (every later trial used to fail to start)."""
+    new server and the sweep finishes (every later trial used to fail to start). A run built
+    early (a head start) that goes with it before its first step is no run of its split: it
+    runs again."""
     runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 60, "--warmup", 1,
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 60, "--warmup", warmup,
                    "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
     try:
-        _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3 or proc.poll() is not None)
+        _wait(lambda: sum(e["type"] == "step" and not e["warmup"] for e in _events(runs)) >= 3
+              or proc.poll() is not None)
         servers = [c for c in _children(proc.pid)
                    if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
         assert len(servers) == 1, servers
@@ -426,3 +430,10 @@ def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(tmp_pat
     assert rows["1x4"]["status"] == "crashed", rows["1x4"]
     assert f"its fork server (pid {servers[0]}) was killed from outside tracetui" in rows["1x4"]["message"]
     assert rows["2x2"]["status"] == "ok" and rows["4x1"]["status"] == "ok", (rows["2x2"]["message"], err[-2000:])
+    lost = [e for e in _events(runs) if e["type"] == "run_failed" and e["kind"] == "lost"]
+    if warmup >= 2:  # 2x2 waited, built, beside 1x4: it went with the server, and ran again alone
+        assert [e["run_id"].split("/")[-1] for e in lost] == ["2x2"], lost
+        assert rows["2x2"]["runs"] == "1" and "it had taken no step" in rows["2x2"]["message"]
+        assert any(e["type"] == "run_started" and e["run_id"].endswith("2x2-alone") for e in _events(runs))
+    else:
+        assert not lost

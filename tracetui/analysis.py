@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .events import FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
+from .events import AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
 from .columns import ROW_KEYS, fmt_duration
 from .config import KNOB_DEFAULTS
 from .knobs import KNOBS, SHORT, fmt, result_changing
@@ -323,8 +323,8 @@ class RunData:
         return env.get("gpu_name") or "CPU"
 
     def measured(self) -> list[dict]:
-        if self.status == "crowded":
-            return []  # an interleaved attempt out of memory under its share: no steps of the split
+        if self.status in AGAIN_KINDS:
+            return []  # an attempt run again (out of memory beside other runs, or lost): no steps of the split
         return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
     def add(self, event: dict) -> None:
@@ -447,11 +447,12 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         groups.setdefault((run.machine, *run.trial.key()), []).append(run)
     crowded: dict[tuple, list[str]] = {}
     for key, runs in list(groups.items()):
-        # an interleaved run out of memory under its share ran again alone: the attempt is no run
-        # of the split (its steps neither), only its message stays; on its own it stays, unranked
-        kept = [r for r in runs if r.status != "crowded"]
+        # an attempt run again alone (out of memory beside other resident runs, or lost with its
+        # fork server before its first step) is no run of the split (its steps neither), only its
+        # message stays; on its own it stays, unranked
+        kept = [r for r in runs if r.status not in AGAIN_KINDS]
         if kept and len(kept) < len(runs):
-            crowded[key] = [r.message for r in runs if r.status == "crowded" and r.message]
+            crowded[key] = [r.message for r in runs if r.status in AGAIN_KINDS and r.message]
             groups[key] = kept
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
@@ -470,7 +471,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
-            status=status, runs=sum(1 for r in runs if r.status != "crowded"),
+            status=status, runs=sum(1 for r in runs if r.status not in AGAIN_KINDS),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
         )

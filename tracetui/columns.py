@@ -38,7 +38,7 @@ def fmt_duration(seconds: float) -> str:
 STATUS_STYLE = {
     "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
     "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",
-    "stalled": "bold red", "unavailable": "yellow", "skipped": "dim", "crowded": "yellow",
+    "stalled": "bold red", "unavailable": "yellow", "skipped": "dim", "crowded": "yellow", "lost": "yellow",
 }
 
 

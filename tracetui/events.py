@@ -33,9 +33,12 @@ RUN_STAGE = "run_stage"
 #: package missing, a kernel this device lacks, a compile that fails); ``skipped``: a planner
 #: decided not to start it (predicted not to fit in memory)
 FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
-#: every kind a run_failed may have: the failures, and an interleaved run that ran out of memory
-#: under its share of the device beside the others (run again alone; no verdict on the split)
-RUN_FAILED_KINDS = FAIL_KINDS + ("crowded",)
+#: attempts that are no run of their split, run again alone: ``crowded``, out of memory beside
+#: other resident runs (interleaved, or a head start's); ``lost``, built early and waiting for its
+#: turn when its fork server was killed from outside tracetui
+AGAIN_KINDS = ("crowded", "lost")
+#: every kind a run_failed may have: the failures, and the attempts run again
+RUN_FAILED_KINDS = FAIL_KINDS + AGAIN_KINDS
 
 _NUM = (int, float)
 _NONE = type(None)

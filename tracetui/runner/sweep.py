@@ -312,7 +312,8 @@ class Sweep(SweepBase):
         #: head starts: the next run starts during the current one's warm-up (:mod:`.turns`)
         self.relay, why_not = (False, "") if self.resident else relaying(cfg, self.planner, self.lanes, self._device)
         self.turns: Turns | None = None
-        self._crowded: set[str] = set()  # interleaved runs that ran out of memory under their share
+        self._crowded: set[str] = set()  # runs that run again alone: out of memory beside others, or lost
+        self._again_why: dict[str, str] = {}  # why, where it is not memory
         self._shared: set[str] = set()  # interleaved runs whose memory the others may have taken
         self._footprint: float | None = None  # GiB the largest built run held (head starts)
         self._per_example: float | None = None  # the most GiB a step held per example (head starts)
@@ -410,6 +411,14 @@ class Sweep(SweepBase):
         if event.get("type") == STEP and event.get("peak_mem_gib") and rid in self._micro_batch:
             per = float(event["peak_mem_gib"]) / self._micro_batch[rid]
             self._per_example = max(self._per_example or 0.0, per)
+        if (self.relay and event.get("type") == RUN_FAILED and event.get("kind") == "crashed"
+                and "fork server" in str(event.get("message")) and rid not in self._stepped):
+            # built early, it waited for its turn when something outside killed the fork server
+            # (and with it every process forked from it): not this split's doing; it runs again
+            self._crowded.add(rid)
+            self._again_why[rid] = "its fork server was killed before its first step"
+            event = dict(event, kind="lost", message=(
+                f"{event.get('message')}; it had taken no step, so it runs again alone"))
         if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
                 # head starts: on a GPU, where runs share one memory (on the CPU a run's own cap
                 # is what it ran out of)
@@ -480,8 +489,8 @@ class Sweep(SweepBase):
                     return "interrupted"
                 beside = ("beside the next run, built early" if self.relay
                           else "under its share beside the interleaved runs")
-                why = (f"{spec.why}; " if spec.why else "") + (
-                    f"alone: out of memory {beside} ({spec.run_id.split('/')[-1]})")
+                cause = self._again_why.get(spec.run_id) or f"out of memory {beside}"
+                why = (f"{spec.why}; " if spec.why else "") + f"alone: {cause} ({spec.run_id.split('/')[-1]})"
                 with self._wake:  # its own id: the planned ids of later repeats stay theirs
                     again = RunSpec(f"{spec.run_id}-alone", spec.trial, spec.repeat, spec.gpu, why, spec.steps)
                     self._ids.add(again.run_id)

@@ -7,6 +7,7 @@ a real trainer in each; and the coordinator's rules with real pipes."""
 import json
 import multiprocessing as mp
 import threading
+import time
 from pathlib import Path
 
 from .conftest import run_main
@@ -184,7 +185,9 @@ def test_the_coordinators_relay_rules():
         waiter.join(2.0)
         assert not waiter.is_alive()
         b = turns.seat("b")
-        assert b is not None and turns.beside("a") and turns.beside("b")
+        together = time.time()
+        assert b is not None and turns.beside("a", together) and turns.beside("b", together)
+        assert not turns.beside("a", together - 60)  # before b was seated, a was alone
         a.send(("yield",))  # a's warm-up is over: no turn while b starts
         assert go(a, 0.3) is None
         b.send(("ready", 2, 3.5))
@@ -201,7 +204,8 @@ def test_the_coordinators_relay_rules():
         turns.unseat("a")
         turns.idle()  # its lane waits for its next run's start
         assert go(b) == "go"
-        assert not turns.beside("b")
+        assert not turns.beside("b", time.time())  # a has gone
+        assert turns.beside("b", together)  # ... but an out-of-memory said late is judged by when it was
         b.send(("end",))
         turns.unseat("b")
     finally:

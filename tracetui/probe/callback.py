@@ -335,6 +335,12 @@ class Probe(TrainerCallback):
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             peak = data_peak_gib()
+        # the last warm-up step: the machine's picture starts here, inside a step that is not
+        # counted (a /proc scan in a measured step would be charged to it); where the run waits
+        # for its turn after this step, after the wait instead (and before the clock restarts)
+        after_turn = self.gate is not None and self.gate.due(self._step)
+        if self._step == self.warmup and not after_turn:
+            self._quiet_start = quiet.snapshot()
         with self._lock:
             end = self.clock.mark("end")
             marks = [self._last_end] + self._marks + [end]
@@ -358,10 +364,7 @@ class Probe(TrainerCallback):
             turn = self.gate.due(self._step) and not control.should_training_stop and state.global_step < state.max_steps
             if turn:
                 self._wait_turn()
-        if self._step == self.warmup:
-            # the last warm-up step: the machine's picture starts here, after any wait for the
-            # turn, before the next step's clock (a /proc scan in a measured step would be
-            # charged to it)
+        if self._step == self.warmup and after_turn:
             self._quiet_start = quiet.snapshot()
         if turn:
             self._restart_clock()

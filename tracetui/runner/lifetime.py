@@ -154,7 +154,7 @@ def launch(start: Callable):
 
 
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
-PRELOAD = ["tracetui.runner.metadata", "torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
+PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.metadata", "torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
            "trl.trainer.sft_trainer", "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.warm", "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)
 #: ``forkserver`` (the default on Linux) or ``spawn`` (a fresh interpreter per trial)

@@ -411,8 +411,13 @@ class Sweep(SweepBase):
         if event.get("type") == STEP and event.get("peak_mem_gib") and rid in self._micro_batch:
             per = float(event["peak_mem_gib"]) / self._micro_batch[rid]
             self._per_example = max(self._per_example or 0.0, per)
-        if (self.relay and event.get("type") == RUN_FAILED and event.get("kind") == "crashed"
-                and "fork server" in str(event.get("message")) and rid not in self._stepped):
+        relayed = self.relay and event.get("type") == RUN_FAILED and self.turns is not None
+        # out of memory: judged by when the run said so (its own event's time)
+        beside = bool(relayed and self.turns.beside(rid, float(event.get("t") or time.time())))
+        if (relayed and event.get("kind") == "crashed" and "fork server" in str(event.get("message"))
+                and rid not in self._stepped and self.turns.had_company(rid)):
+            # (lost: a run built early, beside another; the time of a death the supervisor reads
+            # afterwards is not the time it happened. A run going alone has no seat: never lost)
             # built early, it waited for its turn when something outside killed the fork server
             # (and with it every process forked from it): not this split's doing; it runs again
             self._crowded.add(rid)
@@ -422,8 +427,7 @@ class Sweep(SweepBase):
         if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
                 # head starts: on a GPU, where runs share one memory (on the CPU a run's own cap
                 # is what it ran out of)
-                and (rid in self._shared or (self.relay and self._device == "cuda" and self.turns is not None
-                                             and self.turns.beside(rid)))
+                and (rid in self._shared or (beside and self._device == "cuda"))
                 # on a GPU the caching allocator says out of memory itself: a death by a signal
                 # there is no crowding
                 and not (self._device == "cuda" and "killed by" in str(event.get("message")))):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Callable
 
 #: steps a run takes per turn (``--turn-steps``)
@@ -54,7 +55,7 @@ STARTING, READY, ACTIVE, EXITING = "starting", "ready", "active", "exiting"
 
 
 class _Seat:
-    __slots__ = ("conn", "state", "warm", "footprint")
+    __slots__ = ("conn", "state", "warm", "footprint", "company")
 
     def __init__(self, conn: Any):
         self.conn = conn
@@ -63,6 +64,8 @@ class _Seat:
         self.warm = False
         #: GiB the run's process held on its device once built (its "ready")
         self.footprint: float | None = None
+        #: when another run was resident beside it: [from, to] on the host clock (to: None, now)
+        self.company: list[list[float | None]] = []
 
 
 class Turns:
@@ -120,7 +123,12 @@ class Turns:
                     self._poke()
                     return None
             mine, theirs = self._ctx.Pipe(duplex=True)
-            self._seats[run_id] = _Seat(mine)
+            seat = self._seats[run_id] = _Seat(mine)
+            if len(self._seats) > 1:
+                now = time.time()
+                for other in self._seats.values():
+                    if not (other.company and other.company[-1][1] is None):
+                        other.company.append([now, None])
         self._poke()
         return theirs
 
@@ -151,6 +159,10 @@ class Turns:
                 self._holder = None
             if seat is not None:
                 self._closing.append(seat.conn)
+            if len(self._seats) == 1:  # the one left is alone from now
+                (left,) = self._seats.values()
+                if left.company and left.company[-1][1] is None:
+                    left.company[-1][1] = time.time()
             self._between.add(threading.get_ident())
             self._lock.notify_all()
         self._poke()
@@ -168,11 +180,19 @@ class Turns:
         """The calling lane takes no more runs: do not wait for it."""
         self.idle()
 
-    def beside(self, run_id: str) -> bool:
-        """Whether ``run_id`` is resident with another run now (one out of memory now may have
-        been crowded out rather than too big)."""
+    def beside(self, run_id: str, at: float) -> bool:
+        """Whether ``run_id`` was resident with another run at ``at`` (host clock: when it said it
+        ran out of memory, or was lost): then it may have been crowded out rather than too big.
+        A run that is not seated (one going alone) never was."""
         with self._lock:
-            return run_id in self._seats and len(self._seats) > 1
+            seat = self._seats.get(run_id)
+            return seat is not None and any(a <= at and (b is None or at <= b) for a, b in seat.company)
+
+    def had_company(self, run_id: str) -> bool:
+        """Whether ``run_id`` (seated) was ever resident with another run."""
+        with self._lock:
+            seat = self._seats.get(run_id)
+            return seat is not None and bool(seat.company)
 
     def resident(self) -> int:
         with self._lock:
@@ -249,6 +269,19 @@ class Turns:
             self._heard(conns[obj], obj)
         self._give()
 
+    @staticmethod
+    def _asked(ask: Callable[[str], Any], run_id: str) -> Any:
+        """The sweep's answer for ``run_id``; None where asking failed (a turn is still given:
+        a run must not wait for ever on an error of the sweep's)."""
+        try:
+            return ask(run_id)
+        except Exception:  # noqa: BLE001
+            import sys
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            return None
+
     def _heard(self, run_id: str, conn: Any) -> None:
         try:
             msg = conn.recv()
@@ -290,7 +323,7 @@ class Turns:
             if exiting:
                 # relay: a run's warm-up may begin while the one before exits (no measured step
                 # of either: its measured steps wait for the reap), where there is room for it
-                order = [rid for rid in order if rid not in self._went and self._room_to_step(rid)]
+                order = [rid for rid in order if rid not in self._went and self._asked(self._room_to_step, rid)]
             if not order:
                 return
             if self.relay:  # the oldest ready run: the current one keeps its place
@@ -304,7 +337,8 @@ class Turns:
                     self.turns_given += 1
                     try:
                         first = rid not in self._went
-                        seat.conn.send(("go", self._on_go(rid)) if first and self._on_go else "go")
+                        sent = self._asked(self._on_go, rid) if first and self._on_go else None
+                        seat.conn.send(("go", sent) if first and self._on_go else "go")
                     except (OSError, ValueError):
                         self.turns_given -= 1
                         seat.state = EXITING

@@ -123,7 +123,7 @@ class Turns:
                     self._poke()
                     return None
             mine, theirs = self._ctx.Pipe(duplex=True)
-            seat = self._seats[run_id] = _Seat(mine)
+            self._seats[run_id] = _Seat(mine)
             if len(self._seats) > 1:
                 now = time.time()
                 for other in self._seats.values():

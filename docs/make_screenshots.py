@@ -23,7 +23,7 @@ from pathlib import Path
 from tracetui.cli import build_parser
 from tracetui.runner.sweep import Sweep
 from tracetui.session import load_config
-from tracetui.tui.app import TraceApp
+from tracetui.tui.app import TraceApp, sweep_subtitle
 from tracetui.tui.sources import SweepSource
 
 
@@ -76,7 +76,7 @@ def main() -> int:
     sweep = Sweep(cfg, splits)
     app = TraceApp(SweepSource(sweep), planned=[(s.run_id, s.trial) for s in (sweep.planned() or [])],
                    out_path=str(Path(cfg.runs_dir) / "screenshot_results.csv"),
-                   subtitle=f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
+                   subtitle=sweep_subtitle(sweep))
     t0 = time.monotonic()
     asyncio.run(shoot(app, Path(ns.out), ns.prefix, (w, h)))
     sweep.close()

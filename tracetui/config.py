@@ -577,19 +577,22 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     return cfg
 
 
-def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
-    """Why the settings themselves rule head starts out (:mod:`tracetui.runner.turns`), or ""."""
+def _turns_refusal(cfg: "SweepConfig", lanes: int) -> str:
+    """Why runs cannot take turns on one device (:mod:`tracetui.runner.turns`), or ""."""
     return ("runs go side by side on several GPUs" if lanes > 1 or len(cfg.gpu_list()) > 1
             else "torchrun starts its own ranks" if cfg.world_size > 1
-            else "--no-probe runs have no probe to hold a built run before its first step" if not cfg.probe
-            else f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
-            if cfg.warmup < 2 else "")
+            else "--no-probe runs have no probe to keep the turns" if not cfg.probe else "")
+
+
+def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
+    """Why the settings themselves rule head starts out (:mod:`tracetui.runner.turns`), or ""."""
+    return _turns_refusal(cfg, lanes) or (
+        f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
+        if cfg.warmup < 2 else "")
 
 
 def interleave_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
     """Why the settings themselves rule interleaving out, or ""."""
-    return ("runs go side by side on several GPUs" if lanes > 1 or len(cfg.gpu_list()) > 1
-            else "torchrun runs are not interleaved" if cfg.world_size > 1
-            else "--no-probe runs have no probe to keep the turns" if not cfg.probe
-            else "--until-confident stops each split on the intervals of those measured before it"
-            if cfg.until_confident is not None else "")
+    return _turns_refusal(cfg, lanes) or (
+        "--until-confident stops each split on the intervals of those measured before it"
+        if cfg.until_confident is not None else "")

@@ -318,6 +318,7 @@ class Sweep(SweepBase):
         self._footprint: float | None = None  # GiB the largest built run held (head starts)
         self._per_example: float | None = None  # the most GiB a step held per example (head starts)
         self._micro_batch: dict[str, int] = {}
+        self._total_gib: float | None = None
         self._alone = threading.Condition()
         self._alone_pending = 0
         self._solo = threading.Lock()
@@ -374,6 +375,13 @@ class Sweep(SweepBase):
             return None
         return min(total, 1.25 * self._per_example * mb)
 
+    def _card_total(self) -> float | None:
+        """The GPU's memory (GiB), read once: it is asked every few tenths of a second while a
+        lane waits to start a run."""
+        if self._total_gib is None:
+            self._total_gib = card_gib(self.cfg)
+        return self._total_gib
+
     def _room(self, current: str, footprint: float | None) -> bool:
         """Head starts: whether the device has room for one more run beside ``current``: the
         free memory of its GPU (NVML) against what a built run held (the largest said so far),
@@ -381,8 +389,7 @@ class Sweep(SweepBase):
         quarter of the card before any step was measured) and a margin. Always on the CPU."""
         if self._device != "cuda":
             return True
-        free = card_gib(self.cfg, free=True)
-        total = card_gib(self.cfg)
+        free, total = card_gib(self.cfg, free=True), self._card_total()
         if free is None or total is None:
             return False  # cannot tell: no head start
         if footprint is not None:
@@ -401,8 +408,7 @@ class Sweep(SweepBase):
             return False  # its references (sent with this turn) must hold every step of the run before
         if self._device != "cuda":
             return True
-        free = card_gib(self.cfg, free=True)
-        total = card_gib(self.cfg)
+        free, total = card_gib(self.cfg, free=True), self._card_total()
         steps = self._step_gib(run_id, total) if total is not None else None
         return free is not None and steps is not None and free >= steps + 0.05 * total
 
@@ -574,8 +580,7 @@ def interleaving(cfg: SweepConfig, planner: Planner, lanes: list[int | None], de
         "the search decides each run from the ones before it" if not isinstance(planner, GridPlanner) else "")
     if why:
         return 0, why
-    runs = sum(1 for d in planner.preview() or [] if not d.skip and not any(
-        KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))  # runs that will start
+    runs = runs_to_start(planner, device)
     if runs < 2:
         return 0, "one run"
     return min(runs, MAX_RESIDENT), ""
@@ -594,11 +599,15 @@ def relaying(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device
         "the search decides each run from the ones before it" if not isinstance(planner, GridPlanner) else "")
     if why:
         return False, why
-    runs = sum(1 for d in planner.preview() or [] if not d.skip and not any(
-        KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))  # runs that will start
-    if runs < 2:
+    if runs_to_start(planner, device) < 2:
         return False, "one run"
     return True, ""
+
+
+def runs_to_start(planner: Planner, device: str) -> int:
+    """How many of the planner's runs will start: not skipped, no setting unavailable here."""
+    return sum(1 for d in planner.preview() or [] if not d.skip and not any(
+        KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))
 
 
 def gpu_model_warnings(lanes: list[int | None]) -> list[str]:

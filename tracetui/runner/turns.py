@@ -245,8 +245,6 @@ class Turns:
                 self._round()
             except Exception:  # noqa: BLE001 - the coordinator must not die: every run would wait
                 traceback.print_exc(file=sys.stderr)
-                import time
-
                 time.sleep(0.1)
 
     def _round(self) -> None:
@@ -386,8 +384,6 @@ class Gate:
         """Give the turn back (after the first time) and wait for it again. ``footprint``: GiB
         the process holds on its device (said once, with its first ask). Returns what the
         sweep sent with the run's first turn, or None."""
-        import time
-
         self.on_hold(True)
         t0 = time.monotonic()
         try:

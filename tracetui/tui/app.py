@@ -688,6 +688,20 @@ def _quit_on_signals(app: TraceApp):
     return signals
 
 
+def sweep_subtitle(sweep) -> str:
+    """The monitor's header for a live sweep: what it trains, and how its runs share the device."""
+    cfg = sweep.cfg
+    cmd = getattr(sweep, "cmd", None)
+    # a script's own settings come with its runs (run_started, run_settings), not tracetui's
+    subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
+                else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
+    if sweep.resident:
+        subtitle += f" · {sweep.resident} runs interleaved"
+    elif sweep.relay:
+        subtitle += " · head starts"
+    return subtitle
+
+
 def run_app(cfg, splits, ns, sweep=None) -> int:
     """Open the monitor on a new sweep; after it closes, say where everything is.
 
@@ -727,16 +741,7 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
 
         out = ns.output or default_output(sweep.log.path, output_format(ns))
         planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
-        cmd = getattr(sweep, "cmd", None)
-        # a script's own settings come with its runs (run_started, run_settings), not tracetui's
-        subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
-                    else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-        if sweep.resident:
-            subtitle += f" · {sweep.resident} runs interleaved"
-        elif sweep.relay:
-            subtitle += " · head starts"
-
-        app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=subtitle,
+        app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=sweep_subtitle(sweep),
                        project_steps=ns.project_steps, force=getattr(ns, "force", False))
         app.signalled = signals.signum
         app.stop_requested = stop

@@ -1,6 +1,7 @@
 """A whole tracetui command's wall time against the time of the steps it measured.
 
-Runs ``python -m tracetui ARGS --runs-dir DIR`` once, timed from start to exit, then reads the
+Runs ``python -m tracetui ARGS --runs-dir DIR`` once, timed from start to the end of its output
+(what a caller reading it waits for; its own exit as well), then reads the
 sweep's event log and prints one JSON line: the command's wall time, the summed time of every
 step (warm-up included), their ratio (the issue's bar: at most 1.15), and where the rest went:
 each run's start (asked for, to built and to its first step: from its ``run_stage`` events),
@@ -19,6 +20,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,7 +34,10 @@ def main() -> None:
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     cmd = [sys.executable, "-m", "tracetui", *args, "--runs-dir", ns.runs_dir]
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    exited = []
+    threading.Thread(target=lambda: exited.append((proc.wait(), time.time())), daemon=True).start()
+    _, err = proc.communicate()  # to the end of its output: what a caller reading it waits for
     t1 = time.time()
     logs = sorted(Path(ns.runs_dir).glob("*/events.jsonl"), key=lambda q: q.stat().st_mtime)
     events = [json.loads(line) for line in logs[-1].read_text().splitlines()] if logs else []
@@ -81,6 +86,8 @@ def main() -> None:
     ends = [r["end_t"] for r in runs.values() if "end_t" in r]
     print(json.dumps({
         "name": ns.name, "exit": proc.returncode, "wall_s": round(t1 - t0, 1), "steps_s": round(summed, 1),
+        # tracetui's own exit, and its output's end (later while a process it started holds it)
+        "process_exit_s": round(exited[0][1] - t0, 2) if exited else None,
         "wall_over_steps": round((t1 - t0) / summed, 3) if summed else None, "steps": len(steps),
         "warmup_steps_s": round(sum(e["wall_ms"] for e in steps if e.get("warmup")) / 1000, 1),
         "before_first_run_s": round(min(asked) - t0, 1) if asked else None,
@@ -91,7 +98,7 @@ def main() -> None:
         "measured_steps_beside_a_start": beside,
         "median_ms": medians,
         "stages_of_first_run": order[0]["stages"] if order else {},
-        "stderr_tail": proc.stderr.strip().splitlines()[-3:],
+        "stderr_tail": err.strip().splitlines()[-3:],
     }))
 
 

@@ -1,0 +1,122 @@
+"""The fork server's start and end: the optional packages kept out of its imports (and still
+importable by a trial), a library that cannot do without one imported after all, and a server
+that ends with tracetui instead of after it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tracetui.runner.lifetime import forking, trial_context
+
+pytestmark = pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")
+
+
+def _what_a_trial_sees(conn) -> None:
+    import importlib.util
+    import sys
+
+    from transformers.utils import import_utils
+
+    seen = {"imported": [n for n in ("sklearn", "scipy", "torchvision", "torchaudio") if sys.modules.get(n)],
+            "marks": [n for n in ("sklearn", "scipy", "torchvision", "torchaudio") if n in sys.modules
+                      and sys.modules[n] is None],
+            "scipy_for_transformers": import_utils.is_scipy_available()}
+    if importlib.util.find_spec("scipy") is not None:  # installed: a trial's own code still has it
+        import scipy
+
+        seen["scipy_imports"] = bool(scipy.__version__)
+    conn.send(seen)
+    conn.close()
+
+
+def test_a_forked_trial_has_none_of_the_optional_packages_imported_yet_can_import_them():
+    ctx = trial_context()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_what_a_trial_sees, args=(writer,))
+    proc.start()
+    writer.close()
+    seen = reader.recv()
+    proc.join()
+    assert seen["imported"] == [] and seen["marks"] == []
+    assert seen["scipy_for_transformers"] is False  # transformers took the path it takes without it
+    assert seen.get("scipy_imports", True) is True
+
+
+def test_a_library_that_cannot_do_without_a_hidden_package_is_imported_after_all(tmp_path):
+    """A preload module that imports a hidden package unconditionally fails while the marks
+    stand; :func:`restore` imports it again once they are gone, with the package."""
+    (tmp_path / "optpkg").mkdir()
+    (tmp_path / "optpkg" / "__init__.py").write_text("VALUE = 42\n")
+    (tmp_path / "polite.py").write_text(textwrap.dedent("""
+        try:
+            import optpkg
+            HAS = True
+        except ImportError:
+            HAS = False
+    """))
+    (tmp_path / "needy.py").write_text("import optpkg\nVALUE = optpkg.VALUE\n")
+    script = textwrap.dedent("""
+        import json, sys
+        from tracetui.runner import optional
+        optional.HIDDEN = ("optpkg",)
+        optional.hide()
+        failed = []
+        for name in ("polite", "needy"):
+            try:
+                __import__(name)
+            except ImportError as exc:
+                failed.append(name)
+        again = optional.restore(["polite", "needy", "tracetui.runner.worker"])
+        import polite, needy
+        print(json.dumps({"failed": failed, "again": again, "polite_has": polite.HAS,
+                          "needy": needy.VALUE, "mark_left": sys.modules.get("optpkg", 0) is None}))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    env.pop("TRACETUI_PRELOAD_OPTIONAL", None)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,
+                         cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got == {"failed": ["needy"], "again": ["needy"], "polite_has": False, "needy": 42, "mark_left": False}
+
+
+def test_asked_to_the_server_imports_the_optional_packages_as_the_libraries_would(tmp_path):
+    script = textwrap.dedent("""
+        import sys
+        from tracetui.runner import optional
+        print(optional.marked, "scipy" in sys.modules and sys.modules["scipy"] is None)
+    """)
+    env = dict(os.environ, TRACETUI_PRELOAD_OPTIONAL="1")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split() == ["[]", "False"], out.stderr
+
+
+def test_the_fork_server_ends_with_tracetui_not_after_it(tmp_path):
+    """Left to end by itself the server outlives tracetui by its own interpreter's shutdown,
+    holding tracetui's output open meanwhile; tracetui kills it as it exits. Read through a
+    subreaper, which the orphaned server is handed to: how it ended (killed, not exited)."""
+    helper = tmp_path / "reaper.py"
+    helper.write_text(textwrap.dedent("""
+        import ctypes, json, os, subprocess, sys
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        child = subprocess.run([sys.executable, "-c",
+            "from tracetui.runner.lifetime import trial_context, server_pid\\n"
+            "from tracetui.runner.preflight import validate_deep_forked\\n"
+            "from tracetui.config import SweepConfig\\n"
+            "validate_deep_forked(SweepConfig(), trial_context())\\n"  # the server is up and has served
+            "print(server_pid())"], capture_output=True, text=True)
+        server = int(child.stdout.split()[-1])
+        _, status = os.waitpid(server, 0)  # handed to us once tracetui's process has gone
+        print(json.dumps({"tracetui": child.returncode, "signalled": os.WIFSIGNALED(status),
+                          "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}))
+    """))
+    out = subprocess.run([sys.executable, str(helper)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"tracetui": 0, "signalled": True, "signal": signal.SIGKILL}

@@ -25,6 +25,38 @@ import time
 from pathlib import Path
 
 
+def _watch_trials(runs_dir: Path, t0: float, gone: dict[str, float], done: threading.Event) -> None:
+    """Every 5 ms: the trials' pids (from the live event log's ``run_started``), and when each
+    process went (its /proc entry gone, or a zombie): a run's end, seen from outside."""
+    pids: dict[int, str] = {}
+    log, offset = None, 0
+    while not done.is_set():
+        if log is None:
+            logs = [q for q in runs_dir.glob("*/events.jsonl") if q.stat().st_mtime >= t0 - 1]
+            log = logs[0] if logs else None
+        if log is not None:
+            with log.open() as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+            whole = chunk[: chunk.rfind("\n") + 1]
+            offset += len(whole.encode())
+            for line in whole.splitlines():
+                e = json.loads(line)
+                if e["type"] == "run_started" and e.get("pid"):
+                    pids[e["pid"]] = e["run_id"].split("/")[-1]
+        now = time.time()
+        for pid, name in pids.items():
+            if name in gone:
+                continue
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "X"
+            if state in ("Z", "X"):
+                gone[name] = now
+        time.sleep(0.005)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--runs-dir", required=True)
@@ -37,8 +69,12 @@ def main() -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     exited = []
     threading.Thread(target=lambda: exited.append((proc.wait(), time.time())), daemon=True).start()
+    gone: dict[str, float] = {}
+    watching = threading.Event()
+    threading.Thread(target=_watch_trials, args=(Path(ns.runs_dir), t0, gone, watching), daemon=True).start()
     _, err = proc.communicate()  # to the end of its output: what a caller reading it waits for
     t1 = time.time()
+    watching.set()
     logs = sorted(Path(ns.runs_dir).glob("*/events.jsonl"), key=lambda q: q.stat().st_mtime)
     events = [json.loads(line) for line in logs[-1].read_text().splitlines()] if logs else []
     steps = [e for e in events if e["type"] == "step"]
@@ -82,6 +118,9 @@ def main() -> None:
         walls = sorted(w for _, _, warm, w in r["steps"] if not warm)
         if walls:
             medians[rid.split("/")[-1]] = round(walls[len(walls) // 2], 1)
+    # a run's process, from its run_finished to its end (a CUDA context going), seen from outside
+    ended_after = {rid.split("/")[-1]: round(gone[rid.split("/")[-1]] - r["end_t"], 2) for rid, r in runs.items()
+                   if "end_t" in r and rid.split("/")[-1] in gone}
     asked = [r["asked_t"] for r in runs.values() if "asked_t" in r]
     ends = [r["end_t"] for r in runs.values() if "end_t" in r]
     print(json.dumps({
@@ -92,13 +131,15 @@ def main() -> None:
         "warmup_steps_s": round(sum(e["wall_ms"] for e in steps if e.get("warmup")) / 1000, 1),
         "before_first_run_s": round(min(asked) - t0, 1) if asked else None,
         "after_last_run_s": round(t1 - max(ends), 1) if ends else None,
+        "process_gone_after_its_end_s": ended_after,
+        "last_process_gone_to_exit_s": round(exited[0][1] - max(gone.values()), 2) if exited and gone else None,
         "between_runs_s": between,
         "start_s": starts,
         "waited_built_s": waited,
         "measured_steps_beside_a_start": beside,
         "median_ms": medians,
         "stages_of_first_run": order[0]["stages"] if order else {},
-        "stderr_tail": err.strip().splitlines()[-3:],
+        "stderr_tail": err.strip().splitlines()[-4:],
     }))
 
 

@@ -28,6 +28,8 @@ def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
     events = [json.loads(line) for line in log.read_text().splitlines()]
     runs: dict[str, dict] = {}
     for e in events:
+        if e["type"] == "sweep":  # the sweep's own times: of no run
+            continue
         r = runs.setdefault(e["run_id"], {"steps": []})
         if e["type"] == "run_stage":
             r.setdefault("forked", e["t"] - e["elapsed_s"])

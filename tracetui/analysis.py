@@ -13,7 +13,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .events import AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, STEP
+from .events import (AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS,
+                     RUN_STAGE, RUN_STARTED, STEP, SWEEP)
 from .columns import ROW_KEYS, fmt_duration
 from .config import KNOB_DEFAULTS
 from .knobs import KNOBS, SHORT, fmt, result_changing
@@ -305,6 +306,8 @@ class RunData:
     sweep_machines: dict = field(default_factory=dict, repr=False, compare=False)
     #: when each stage before the first step began, seconds after the process started
     stages: dict = field(default_factory=dict)
+    #: when the sweep asked for the run's process (unix seconds, from its first stage)
+    asked_at: float | None = None
 
     @property
     def label(self) -> str:
@@ -343,6 +346,8 @@ class RunData:
         elif etype == RUN_STAGE:
             if event.get("rank", 0) == 0 and isinstance(event.get("stages"), dict):
                 self.stages = event["stages"]
+                if self.asked_at is None:
+                    self.asked_at = event["t"] - float(event["elapsed_s"])
         elif etype == RUN_SETTINGS:
             if event.get("rank", 0) == 0 or not self.settings:
                 self.settings = event.get("settings") or {}
@@ -364,8 +369,14 @@ class Results:
         self.runs: dict[str, RunData] = {}
         self.sweep_machines: dict[str, str] = {}
         self.boot_cache: dict[tuple, tuple[int, list[float]]] = {}
+        #: sweep id -> when its own parts happened (``sweep`` events: :mod:`tracetui.clock`)
+        self.sweep_times: dict[str, dict[str, float]] = {}
 
-    def add(self, event: dict) -> RunData:
+    def add(self, event: dict) -> RunData | None:
+        """Fold in one event; the run it is of (None for a sweep's own event)."""
+        if event["type"] == SWEEP:
+            self.sweep_times.setdefault(event["run_id"], {}).update(event.get("times") or {})
+            return None
         run = self.runs.get(event["run_id"])
         if run is None:
             run = self.runs[event["run_id"]] = RunData(event["run_id"], sweep_machines=self.sweep_machines)
@@ -598,6 +609,81 @@ def _add_start(row: dict, runs: list[RunData]) -> None:
         spans = [r.stages[b] - (r.stages[a] if a else 0.0) for r in runs
                  if b in r.stages and (a is None or a in r.stages)]
         row[col] = median(spans) if spans else None
+
+
+def time_spent(results: Results) -> list[dict]:
+    """Where each sweep's time went, from its own start (the command's process start) to its
+    end: its steps (warm-up included) against what lay before its first step (of which the fork
+    server's library imports, the checks, the first run's start), between its runs, between the
+    steps of one run, and after its last step. The parts outside the steps add up with the
+    wall time the steps covered to ``command_s``. One dict per sweep that said when it ran
+    (``sweep`` events), in its order; seconds."""
+    out = []
+    for sid, marks in results.sweep_times.items():
+        runs = [r for r in results.runs.values() if r.run_id.split("/", 1)[0] == sid]
+        out.append(_time_spent(sid, marks, runs))
+    return out
+
+
+def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
+    spans = sorted((s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0, s.get("t_end", s["t"]), s["wall_ms"] / 1000.0,
+                    bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps if s.get("rank", 0) == 0)
+    start = marks.get("command", marks.get("sweep"))
+    end = marks.get("ended")
+
+    def secs(a: str, b: str) -> float | None:
+        return round(marks[b] - marks[a], 2) if a in marks and b in marks else None
+
+    got: dict[str, Any] = {"sweep": sid, "command_s": round(end - start, 2) if start and end else None,
+                           "steps_s": round(sum(w for *_, w, _, _ in spans), 2),
+                           "warmup_steps_s": round(sum(w for *_, w, warm, _ in spans if warm), 2),
+                           "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
+    if not spans:
+        return got
+    asked = sorted((r.asked_at, r) for r in runs if r.asked_at is not None and r.steps)
+    first_begin = spans[0][0]
+    got["before_first_step_s"] = round(first_begin - start, 2) if start else None
+    if asked:
+        first = asked[0][1]
+        begin = min(s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0 for s in first.steps if s.get("rank", 0) == 0)
+        got["first_run_start_s"] = round(begin - first.asked_at, 2)
+    between = within = 0.0
+    reach, owner = spans[0][1], spans[0][4]
+    for b, e, _, _, rid in spans[1:]:
+        if b > reach:  # a gap no step covers
+            if rid == owner:
+                within += b - reach
+            else:
+                between += b - reach
+        if e > reach:
+            reach, owner = e, rid
+    got["between_runs_s"] = round(between, 2)
+    got["within_runs_s"] = round(within, 2)
+    got["after_last_step_s"] = round(end - reach, 2) if end else None
+    if got["command_s"]:
+        got["steps_share"] = round(got["steps_s"] / got["command_s"], 3)
+    return got
+
+
+def time_line(spent: dict) -> str:
+    """One line of :func:`time_spent`'s account of a sweep, for the terminal (parts under 0.05 s
+    left out, but for the time between runs)."""
+    total = spent.get("command_s")
+    if not total:
+        return ""
+    parts = [f"{total:.1f} s, {100 * spent['steps_s'] / total:.0f}% in steps ({spent['steps_s']:.1f} s, "
+             f"warm-up {spent['warmup_steps_s']:.1f})"]
+    before = spent.get("before_first_step_s")
+    if before is not None:
+        of = [f"{words} {spent[key]:.1f}" for key, words in (
+            ("libraries_s", "library imports"), ("checks_s", "checks"), ("first_run_start_s", "first run's start"))
+            if spent.get(key) is not None and spent[key] >= 0.05]
+        parts.append(f"before the first step {before:.1f} s" + (f" ({', '.join(of)})" if of else ""))
+    for key, words in (("between_runs_s", "between runs"), ("within_runs_s", "between a run's steps"),
+                       ("after_last_step_s", "after the last step")):
+        if spent.get(key) is not None and (spent[key] >= 0.05 or key == "between_runs_s"):
+            parts.append(f"{words} {spent[key]:.1f} s")
+    return "; ".join(parts)
 
 
 def varied_on(row: dict, name: str) -> bool:

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import clock
+
+    clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in ("show", "watch", "sweep"):

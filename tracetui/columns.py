@@ -184,7 +184,8 @@ COLUMNS: tuple[Column, ...] = (
                                   "unless --allow-result-changes)"),
     Column("first_step_ms", unit="ms", help="the first (warm-up) step: one-off costs, compiling included"),
     Column("start_s", unit="s", help="process start to the first step (median run)"),
-    Column("start_imports_s", unit="s", help="of it: the interpreter and imports"),
+    Column("start_imports_s", unit="s", help="of it: to building the model (the imports in a fresh interpreter; "
+                                              "forked from the fork server, which imported them, the device's start)"),
     Column("start_model_s", unit="s", help="of it: building the model"),
     Column("start_data_s", unit="s", help="of it: preparing the data"),
     Column("start_interpreter_s", unit="s", help="of it (a swept script): the interpreter, to the script's first line"),

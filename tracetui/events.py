@@ -28,6 +28,9 @@ RUN_FAILED = "run_failed"
 RUN_SETTINGS = "run_settings"
 #: what a trial's process is doing before its first step (``stage``), and since when
 RUN_STAGE = "run_stage"
+#: when the sweep's own parts happened (``times``: name -> unix seconds, :mod:`tracetui.clock`);
+#: its ``run_id`` is the sweep's id. Sent as the sweep starts, and with its end as it ends
+SWEEP = "sweep"
 
 #: Failure kinds a run can end with. ``unavailable``: a varied setting cannot run here (a
 #: package missing, a kernel this device lacks, a compile that fails); ``skipped``: a planner
@@ -58,6 +61,7 @@ _REQUIRED: dict[str, dict[str, tuple[Any, ...]]] = {
     RUN_FAILED: {"kind": (str,), "message": (str,)},
     RUN_SETTINGS: {"settings": (OBJ,)},
     RUN_STAGE: {"stage": (str,), "elapsed_s": _NUM},
+    SWEEP: {"times": (OBJ,)},
 }
 
 # Optional fields per event type, checked the same way when present. Fields not listed here are
@@ -95,6 +99,7 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
 
 #: keys inside nested objects that tracetui reads, typed like fields (others: plain values)
 _NESTED: dict[str, dict[str, tuple[Any, ...]]] = {
+    "times": {k: _NUM for k in ("command", "server", "libraries", "checked", "sweep", "ended")},
     "config": {"steps": (int, _NONE), "warmup": (int, _NONE), "seq_len": (int, _NONE),
                "memory_limit": _NUM + (_NONE,), "model": (str, _NONE), "dataset": (str, _NONE)},
     "env": {"device": (str, _NONE), "gpu_name": (str, _NONE), "gpu_total_gib": _NUM + (_NONE,),

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .events import dumps
-from .analysis import Results, recommendation, scope_note, summarise, verdict
+from .analysis import Results, recommendation, scope_note, summarise, time_spent, verdict
 from .columns import CSV_KEYS
 
 #: declared in :mod:`tracetui.columns`, with the monitor's table
@@ -37,11 +37,13 @@ def summary_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def summary_json(rows: list[dict]) -> str:
+def summary_json(rows: list[dict], time: list[dict] | None = None) -> str:
+    """The summary as JSON; ``time``: where each sweep's time went (:func:`time_spent`)."""
     # NaN/Infinity (a loss gone NaN) are written as null: bare NaN is not JSON to most readers.
     return dumps({"verdict": verdict(rows), "recommendation": recommendation(rows), "note": scope_note(rows),
-                       "splits": [dict({k: r.get(k) for k in SUMMARY_COLUMNS}, settings=r.get("settings") or {})
-                                  for r in rows]}, indent=2)
+                  "splits": [dict({k: r.get(k) for k in SUMMARY_COLUMNS}, settings=r.get("settings") or {})
+                             for r in rows],
+                  "time": time or []}, indent=2)
 
 
 def steps_csv(results: Results) -> str:
@@ -76,5 +78,5 @@ def write_text(path: str, text: str) -> None:
 
 def export(results: Results, fmt: str, path: str, project_steps: int | None = None) -> list[dict]:
     rows = summarise(results, project_steps)
-    write_text(path, summary_csv(rows) if fmt == "csv" else summary_json(rows))
+    write_text(path, summary_csv(rows) if fmt == "csv" else summary_json(rows, time_spent(results)))
     return rows

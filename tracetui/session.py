@@ -510,6 +510,9 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     emitted = emit_recommendation(rows, cfg)
     if emitted:
         say(f"tracetui: {emitted}")
+    line = sweep_time_line(results, getattr(sweep, "sweep_id", None))
+    if line:
+        say(f"tracetui: {line}")
     if sweep.log.incomplete:
         say(f"tracetui: error: {sweep.log.incomplete_message()}")
     same = getattr(sweep, "same_failure", None)
@@ -526,6 +529,14 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         say(f"tracetui: error: {no_split_finished(results)}")
     return exit_status(rows, signum=signals.signum, interrupted=sweep.interrupted,
                        incomplete=sweep.log.incomplete, write_error=bool(err))
+
+
+def sweep_time_line(results, sweep_id: str | None) -> str:
+    """Where sweep ``sweep_id``'s time went, in one line (:func:`tracetui.analysis.time_line`)."""
+    from .analysis import time_line, time_spent
+
+    spent = [t for t in time_spent(results) if t["sweep"] == sweep_id]
+    return f"time: {time_line(spent[0])}" if spent and time_line(spent[0]) else ""
 
 
 def no_split_finished(results) -> str:

@@ -10,6 +10,7 @@ every sweep's first run; the little garbage frozen costs the server a few pages,
 every trial and never written."""
 
 import gc
+import time
 
 from . import optional
 from .lifetime import PRELOAD
@@ -17,3 +18,5 @@ from .lifetime import PRELOAD
 optional.restore(PRELOAD)
 gc.freeze()
 gc.enable()
+#: when the server's imports ended (see :data:`.gcoff.STARTED`)
+READY = time.time()

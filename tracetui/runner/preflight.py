@@ -242,8 +242,10 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
     asks the CUDA driver, not NVML, whether a GPU is usable). A Ctrl-C stops it at once. If it
     ends without an answer (the server or the check killed, crashed, or an error that is not a
     configuration error), the checks run again here, where a traceback shows."""
+    import time
     from multiprocessing.connection import wait
 
+    from .. import clock
     from .lifetime import restart_server_if_gone, server_pid
 
     answer = None
@@ -261,7 +263,8 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
                              "(a hub that does not answer?); Ctrl-C stops\n")
             ready = wait([reader, proc.sentinel])
         if reader in ready:
-            answer = reader.recv()
+            answer, times = reader.recv()
+            clock.marks.update(times, checked=time.time())
     except (EOFError, OSError):
         answer = None  # the fork server or the check died: the checks run here instead
     except BaseException:
@@ -293,10 +296,22 @@ def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
     except Exception:  # noqa: BLE001 - the parent runs the checks again and shows this one
         answer = "error"
     try:
-        writer.send(answer)
+        writer.send((answer, server_times()))
         writer.close()
     except OSError:
         pass  # tracetui has gone (interrupted while the server was still importing)
+
+
+def server_times() -> dict[str, float]:
+    """In a process forked from the fork server: when the server began and ended its imports
+    (:data:`tracetui.runner.gcoff.STARTED`, :data:`tracetui.runner.gcfreeze.READY`)."""
+    times = {}
+    for key, module, name in (("server", "tracetui.runner.gcoff", "STARTED"),
+                              ("libraries", "tracetui.runner.gcfreeze", "READY")):
+        value = getattr(sys.modules.get(module), name, None)
+        if isinstance(value, float):
+            times[key] = value
+    return times
 
 
 def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:

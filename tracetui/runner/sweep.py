@@ -20,8 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from .. import clock
 from ..config import SweepConfig, head_start_refusal, interleave_refusal
-from ..events import RUN_FAILED, RUN_STARTED, STEP, make
+from ..events import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
 from ..search import card_gib, make_planner
@@ -148,14 +149,21 @@ class SweepBase:
                         self._wake.notify_all()
 
         lanes = self.lanes
-        if len(lanes) == 1:
-            lane(lanes[0])
-        else:
-            threads = [threading.Thread(target=lane, args=(g,), name=f"tracetui-lane-{g}", daemon=True) for g in lanes]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+        # where the command's time went before this (its start, the fork server's imports, the
+        # checks), and, at the end, the end (the account of tracetui.analysis.time_spent)
+        self._emit(make(SWEEP, self.sweep_id, times={**clock.take(), "sweep": time.time()}))
+        try:
+            if len(lanes) == 1:
+                lane(lanes[0])
+            else:
+                threads = [threading.Thread(target=lane, args=(g,), name=f"tracetui-lane-{g}", daemon=True)
+                           for g in lanes]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+        finally:
+            self._emit(make(SWEEP, self.sweep_id, times={"ended": time.time()}))
         if self.same_failure is not None:
             while True:  # left unrun: say so, so no run waits "queued" for ever
                 with self._wake:

@@ -168,7 +168,9 @@ def run(spec: dict, mp_queue: Any) -> None:
     sampler = None
     code = 0
     try:
-        stages.enter("importing torch")
+        # forked from the fork server, the libraries are imported already: the stages say what is left
+        preloaded = "trl" in sys.modules
+        stages.enter("starting the device" if preloaded else "importing torch")
         import torch
 
         device = device_kind(cfg, torch.cuda.is_available)
@@ -177,7 +179,7 @@ def run(spec: dict, mp_queue: Any) -> None:
         if device == "cuda":
             torch.cuda.set_device(0)
         precision, dtype = resolve_precision(cfg.precision, device)
-        stages.enter("importing transformers and TRL")
+        stages.enter("reading the environment" if preloaded else "importing transformers and TRL")
         from ..probe.callback import missing_callback_events
 
         why = missing_callback_events()

@@ -163,6 +163,8 @@ class TraceApp(App):
         self.cpu = CpuMeter()
         self._quitting = False
         self._focus_run: str | None = None
+        #: the sweeps whose time has been said (:meth:`_say_time`)
+        self._timed: set[str] = set()
         #: the run whose trial is stacked under the selected one on the timeline (``c``)
         self.compare_run: str | None = None
         #: what each run said it was doing before its first step (``run_stage`` events)
@@ -255,6 +257,8 @@ class TraceApp(App):
         if events:
             self.events_applied += len(events)
             self._dirty = True
+        if any(e["type"] == "sweep" for e in events):
+            self._say_time()  # (once a sweep has ended: its end comes in one of these)
         return len(events)
 
     def _show_settings(self) -> None:
@@ -291,6 +295,17 @@ class TraceApp(App):
         self.apply_events()
         self._next_summary = 0.0
         self.redraw()  # the last events and the verdict, at once
+
+    def _say_time(self) -> None:
+        """Once a sweep has ended: where its time went, on the status line (once a sweep; a
+        replayed one as it is read)."""
+        from ..analysis import time_line, time_spent
+
+        for spent in time_spent(self.results):
+            line = time_line(spent)
+            if line and spent["sweep"] not in self._timed:
+                self._timed.add(spent["sweep"])
+                self.say(f"time: {line}")
 
     def _tick(self) -> None:
         if not self.signalled and _hung_up(self._terminal):

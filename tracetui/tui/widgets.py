@@ -187,6 +187,25 @@ def fmt_secs(s: float) -> str:
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
 
 
+#: how the detail pane names a stage that is named for what comes next
+_STAGE_WORDS = {"first step": "starting to train", "built, waiting for its turn": "waiting for its turn"}
+
+
+def start_words(run: RunData) -> str:
+    """Where a run's start went, from its process being asked for to its first step: each stage
+    it reported (``run_stage``) and how long it took, the last one to the first step's begin
+    (for a run built early, its wait for the turn)."""
+    stages = sorted(run.stages.items(), key=lambda kv: kv[1])
+    steps = [s for s in run.steps if s.get("rank", 0) == 0]
+    if not stages or not steps or run.asked_at is None:
+        return ""
+    first = min(s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0 for s in steps) - run.asked_at
+    ends = [t for _, t in stages[1:]] + [first]
+    parts = [f"{_STAGE_WORDS.get(name, name)} {max(0.0, end - t):.1f}" for (name, t), end in zip(stages, ends)
+             if end - t >= 0.05]
+    return f"{first:.1f} s from its start to its first step" + (f": {' · '.join(parts)}" if parts else "")
+
+
 def run_progress(run: RunData, total_steps: int | None) -> tuple[str, str]:
     """``step n/N`` and the time left, from the median step so far."""
     done = max((s["step"] for s in run.steps if s.get("rank", 0) == 0), default=0)
@@ -930,6 +949,9 @@ class DetailPane(Pane):
                 text.append(f"\n  per rank (GiB): {row['peak_mem_gib_ranks']}", style="dim")
         if row and (row.get("world_size") or 1) > 1:
             text.append_text(_comm_words(row))
+        started = start_words(run) if run is not None else ""
+        if started:
+            text.append(f"\nstarted: {started}", style="dim")
         settings = (run.settings if run is not None and run.settings else (row or {}).get("settings")) or {}
         if settings:
             from ..probe.settings import describe

@@ -1,0 +1,96 @@
+"""Where a sweep's time went: its steps against its start (the fork server's imports, the
+checks, the first run's start), the time between runs and after the last step, in the JSON, a
+headless line and the monitor; and what each run's start was spent on, in the detail pane.
+
+Real sweeps of the tiny preset (real forked workers, a real trainer in each), read back from
+their own logs."""
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from tracetui.analysis import Results, time_line, time_spent
+from tracetui.store import read_events
+from tracetui.tui.app import TraceApp
+from tracetui.tui.sources import ReplaySource
+from tracetui.tui.widgets import DetailPane, start_words
+
+from .conftest import run_cli, run_main
+
+
+def _log(runs_dir):
+    (log,) = list(runs_dir.glob("*/events.jsonl"))
+    return log
+
+
+def test_a_sweeps_time_adds_up_from_its_start_to_its_end(tmp_path):
+    out = tmp_path / "sum.json"
+    proc = run_cli("--splits", "1x2,2x1", "--effective-batch", "2", "--steps", "5", "--warmup", "2", "--seq-len", "32",
+                   "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    (spent,) = json.loads(out.read_text())["time"]
+    events = read_events([_log(tmp_path / "runs")]).events
+    steps = [e for e in events if e["type"] == "step"]
+    assert spent["sweep"] == events[0]["run_id"] and events[0]["type"] == "sweep"
+    assert spent["steps_s"] == pytest.approx(sum(e["wall_ms"] for e in steps) / 1000, abs=0.011)
+    assert spent["warmup_steps_s"] == pytest.approx(sum(e["wall_ms"] for e in steps if e["warmup"]) / 1000, abs=0.011)
+    # one lane, no two steps at once: the parts outside the steps and the steps make the whole
+    outside = sum(spent[k] for k in ("before_first_step_s", "between_runs_s", "within_runs_s", "after_last_step_s"))
+    assert outside + spent["steps_s"] == pytest.approx(spent["command_s"], abs=0.06)
+    # forked trials: the fork server's imports and the checks come before the first step, and
+    # the command's start is its process's, before tracetui's first line ran
+    if sys.platform.startswith("linux"):
+        assert 0 < spent["libraries_s"] and 0 <= spent["checks_s"]
+        assert spent["libraries_s"] + spent["checks_s"] + spent["first_run_start_s"] < spent["before_first_step_s"]
+    assert 0 < spent["first_run_start_s"] < spent["before_first_step_s"]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("tracetui: time: "))
+    assert line.startswith(f"tracetui: time: {spent['command_s']:.1f} s, ") and "before the first step" in line
+
+
+def test_a_replayed_log_gives_the_same_account_and_a_command_called_again_starts_afresh(tmp_path):
+    """The account is the log's: ``show`` gives what the sweep gave. A second command in the
+    same process starts when it is called, not with the first (nor with the process)."""
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / f"{name}.json"
+        proc = run_main("--splits", "2x1", "--effective-batch", "2", "--steps", "3", "--warmup", "1",
+                        "--seq-len", "16", "--runs-dir", tmp_path / name, "--export", "json", "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(json.loads(out.read_text())["time"][0])
+    for spent in outs:
+        assert spent["command_s"] < 120 and spent["command_s"] >= spent["steps_s"]
+    again = tmp_path / "again.json"
+    proc = run_cli("show", _log(tmp_path / "b"), "--export", "json", "-o", again)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(again.read_text())["time"] == [outs[1]]
+
+
+def test_the_monitor_says_where_the_time_went_and_what_each_start_was_spent_on(tmp_path):
+    proc = run_main("--splits", "1x2,2x1", "--effective-batch", "2", "--steps", "4", "--warmup", "2",
+                    "--seq-len", "16", "--runs-dir", tmp_path / "runs", "--export", "json", "-o", tmp_path / "s.json")
+    assert proc.returncode == 0, proc.stderr
+    events = read_events([_log(tmp_path / "runs")]).events
+    results = Results().extend(events)
+    runs = [r for r in results.runs.values() if r.steps]
+    words = start_words(runs[0])
+    assert words.startswith(f"{min(s['t_end'] - s['wall_ms'] / 1000 for s in runs[0].steps) - runs[0].asked_at:.1f} s "
+                            "from its start to its first step")
+    app = TraceApp(ReplaySource(events))
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(40):
+                if any(m.startswith("time: ") for _, m in app.notices):
+                    break
+                await pilot.pause(0.1)
+            detail = app.query_one(DetailPane).content(100).plain
+            return [m for _, m in app.notices if m.startswith("time: ")], detail
+
+    said, detail = asyncio.run(drive())
+    (spent,) = time_spent(results)
+    assert said == [f"time: {time_line(spent)}"]
+    assert said[0].startswith(f"time: {spent['command_s']:.1f} s, {100 * spent['steps_s'] / spent['command_s']:.0f}% "
+                              "in steps")
+    assert "started: " in detail and "from its start to its first step" in detail

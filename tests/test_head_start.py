@@ -106,14 +106,18 @@ def test_until_confident_runs_get_the_references_of_the_runs_that_ended_before_t
     split clear of the first by more than the bar stops as soon as the rule allows."""
     out = tmp_path / "s.json"
     proc = run_main("--splits", "1x4,4x1", "--steps", "40", "--warmup", "2", "--min-steps", "6",
-                    "--until-confident", "50", "--repeats", "1", "--runs-dir", tmp_path / "runs",
+                    "--until-confident", "0.5", "--repeats", "1", "--runs-dir", tmp_path / "runs",
                     "--export", "json", "-o", out)
     assert proc.returncode == 0, proc.stderr
     _, runs = _runs(tmp_path / "runs")
     first, second = sorted(runs.values(), key=lambda r: r["forked"])
     assert second["started"].get("head_start") is True
-    assert first["end"]["stop_reason"] and second["end"]["stop_reason"]
+    assert second["end"]["stop_reason"]
     assert len(second["steps"]) < 40  # stopped by the rule, not the cap
+    # the later split stops because it is clear of the first (which it can only know from the
+    # references its turns brought), not because its own median is known to 0.5%
+    rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
+    assert rows["1x4"]["stop_reason"] == "settled", rows["1x4"]
 
 
 def test_a_probe_takes_its_references_with_its_first_turn():
@@ -153,7 +157,8 @@ def test_when_runs_get_head_starts():
 def test_the_coordinators_relay_rules():
     """With real pipes (this test plays the runs and their lanes): a run may start only while
     the one before is past its first step inside its warm-up, and where there is room; the
-    oldest ready run gets the turn; a run gets what the sweep sends with its first turn only."""
+    oldest ready run gets the turn; each turn carries what the sweep sends with it, the one
+    that begins a run's measured steps only once the run before has been reaped."""
     room = {"ok": False, "step": False}
     said: list = []
     sent = []
@@ -193,19 +198,19 @@ def test_the_coordinators_relay_rules():
         a.send(("yield",))  # a's warm-up is over: no turn while b starts
         assert go(a, 0.3) is None
         b.send(("ready", 2, 3.5))
-        assert go(a) == "go" and go(b, 0.3) is None  # the oldest ready run: a again
+        assert go(a) == ("go", []) and go(b, 0.3) is None  # the oldest ready run: a again
         assert turns.waiting("b") and not turns.waiting("a")
         assert turns.seat("c") is None  # two resident: no third
         a.send(("end",))
         assert go(b, 0.3) is None  # a exits: no room for b's steps beside it, so none until it is reaped
         room["step"] = True
         turns.idle()  # (a poke: the coordinator looks again)
-        assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "b"]  # b's warm-up, while a exits
+        assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "a", "b"]  # b's warm-up, while a exits
         b.send(("yield",))  # b's warm-up is over: its measured steps wait for a's reap
         assert go(b, 0.3) is None
         turns.unseat("a")
         turns.idle()  # its lane waits for its next run's start
-        assert go(b) == "go"
+        assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "a", "b", "b"]  # asked again: a has gone
         assert not turns.beside("b", time.time())  # a has gone
         assert turns.beside("b", together)  # ... but an out-of-memory said late is judged by when it was
         b.send(("end",))
@@ -230,3 +235,17 @@ def test_a_run_out_of_memory_under_its_own_cap_is_out_of_memory_even_beside_a_he
     rows = {r["trial"]: r["status"] for r in json.loads(out.read_text())["splits"]}
     assert rows == {"16x1": "oom", "1x16": "ok"}
 
+
+
+def test_until_confident_runs_take_their_warm_up_while_the_run_before_exits(tmp_path):
+    """Their references come with the turn that begins their measured steps (after the run
+    before has been reaped), so nothing holds their warm-up back to the reap."""
+    from tracetui.runner.sweep import Sweep
+
+    cfg = SweepConfig(splits="1x2,2x1", effective_batch=[2], until_confident=5.0, device="cpu",
+                      runs_dir=str(tmp_path))
+    sweep = Sweep(cfg, [Trial(1, 2), Trial(2, 1)])
+    try:
+        assert sweep.relay and sweep._room_to_step("any") is True
+    finally:
+        sweep.close()

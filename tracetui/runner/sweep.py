@@ -369,8 +369,9 @@ class Sweep(SweepBase):
         return spec.run_id in self._crowded
 
     def _references_now(self, run_id: str) -> list[tuple[float, float]]:
-        """``--until-confident``'s references for a run getting its first turn: with head
-        starts, the runs before it ended after it started."""
+        """``--until-confident``'s references for a run getting a turn: with head starts, the
+        runs before it ended after it started (complete by the turn that begins its measured
+        steps, which waits for their reap)."""
         spec = next((s for s in self.plan if s.run_id == run_id), None)
         return self.references(spec) if spec is not None else []
 
@@ -411,9 +412,9 @@ class Sweep(SweepBase):
     def _room_to_step(self, run_id: str) -> bool:
         """Head starts: whether ``run_id`` (built) may take its warm-up steps while the run
         before it exits and still holds its memory: where its steps' estimate fits in what is
-        free, with a margin; always on the CPU; never with ``--until-confident``."""
-        if self.cfg.until_confident is not None:
-            return False  # its references (sent with this turn) must hold every step of the run before
+        free, with a margin; always on the CPU. (With ``--until-confident`` too: the references
+        its stopping rule needs come with the turn that begins its measured steps, after the
+        run before has been reaped.)"""
         if self._device != "cuda":
             return True
         free, total = card_gib(self.cfg, free=True), self._card_total()

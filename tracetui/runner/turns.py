@@ -79,8 +79,9 @@ class Turns:
     device has room for one more run beside ``current`` (which held ``gib`` once built, None if
     it did not say), ``room_to_step(run)`` whether ``run`` may take its warm-up steps while the
     run before it exits (default: no);
-    ``on_go(run_id)``: what to send a run with its first turn (``--until-confident``'s
-    references, complete only once the runs before it have ended)."""
+    ``on_go(run_id)``: what to send a run with each of its turns (``--until-confident``'s
+    references, complete only once the runs before it have ended: the turn that begins a run's
+    measured steps is given only once every run before it has been reaped)."""
 
     def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1, relay: bool = False,
                  room: Callable[[str, float | None], bool] | None = None,
@@ -334,9 +335,8 @@ class Turns:
                 if seat.state == READY:
                     self.turns_given += 1
                     try:
-                        first = rid not in self._went
-                        sent = self._asked(self._on_go, rid) if first and self._on_go else None
-                        seat.conn.send(("go", sent) if first and self._on_go else "go")
+                        sent = self._asked(self._on_go, rid) if self._on_go else None
+                        seat.conn.send(("go", sent) if self._on_go else "go")
                     except (OSError, ValueError):
                         self.turns_given -= 1
                         seat.state = EXITING
@@ -383,7 +383,7 @@ class Gate:
     def take(self, footprint: float | None = None) -> Any:
         """Give the turn back (after the first time) and wait for it again. ``footprint``: GiB
         the process holds on its device (said once, with its first ask). Returns what the
-        sweep sent with the run's first turn, or None."""
+        sweep sent with this turn, or None."""
         self.on_hold(True)
         t0 = time.monotonic()
         try:

@@ -53,6 +53,9 @@ async def shoot_replay(app: TraceApp, out: Path, prefix: str, size: tuple[int, i
 
 
 def main() -> int:
+    from tracetui import clock
+
+    clock.mark_command_start(process=True)  # (this program is the command the screenshots show)
     argv = sys.argv[1:]
     own, flags = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -628,7 +628,8 @@ def time_spent(results: Results) -> list[dict]:
 def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     spans = sorted((s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0, s.get("t_end", s["t"]), s["wall_ms"] / 1000.0,
                     bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps if s.get("rank", 0) == 0)
-    start = marks.get("command", marks.get("sweep"))
+    # (a sweep started from Python, not by the command: from the earliest of its marks)
+    start = marks.get("command") or min((v for k, v in marks.items() if k != "ended"), default=None)
     end = marks.get("ended")
 
     def secs(a: str, b: str) -> float | None:

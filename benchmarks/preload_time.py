@@ -13,7 +13,7 @@
   server's before).
 
 Each measurement is a fresh interpreter importing the libraries of
-:data:`tracetui.runner.lifetime.PRELOAD` in its order; prints one JSON line, with how many
+:data:`tracetui.runner.lifetime.LIBRARIES` in their order; prints one JSON line, with how many
 modules were imported and which of the optional packages were among them.
 
     python benchmarks/preload_time.py                          # as the fork server does
@@ -75,9 +75,9 @@ def main() -> None:
     p.add_argument("--collect", choices=("on", "off"), default="off",
                    help="a full collection after the imports (the fork server's: off)")
     ns = p.parse_args()
-    from tracetui.runner.lifetime import PRELOAD
+    from tracetui.runner.lifetime import LIBRARIES
 
-    libraries = [m for m in PRELOAD if not m.startswith("tracetui.")]
+    libraries = list(LIBRARIES)
     out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(libraries), ns.way, ns.gc, ns.hide, ns.collect],
                          capture_output=True, text=True, check=True).stdout
     print(json.dumps({"way": ns.way, "gc": ns.gc, "hide": ns.hide, "collect": ns.collect, "libraries": libraries,

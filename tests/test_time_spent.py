@@ -20,6 +20,13 @@ from tracetui.tui.widgets import DetailPane, start_words
 from .conftest import run_cli, run_main
 
 
+def _adds_up(spent: dict) -> bool:
+    outside = sum(spent[k] for k in ("before_first_step_s", "between_runs_s", "within_runs_s", "after_last_step_s"))
+    parts = [spent[k] for k in ("libraries_s", "checks_s") if spent.get(k) is not None] + [spent["first_run_start_s"]]
+    return (outside + spent["stepping_s"] == pytest.approx(spent["command_s"], abs=0.06)
+            and 0 < sum(parts) < spent["before_first_step_s"])
+
+
 def _log(runs_dir):
     (log,) = list(runs_dir.glob("*/events.jsonl"))
     return log
@@ -36,9 +43,9 @@ def test_a_sweeps_time_adds_up_from_its_start_to_its_end(tmp_path):
     assert spent["sweep"] == events[0]["run_id"] and events[0]["type"] == "sweep"
     assert spent["steps_s"] == pytest.approx(sum(e["wall_ms"] for e in steps) / 1000, abs=0.011)
     assert spent["warmup_steps_s"] == pytest.approx(sum(e["wall_ms"] for e in steps if e["warmup"]) / 1000, abs=0.011)
-    # one lane, no two steps at once: the parts outside the steps and the steps make the whole
-    outside = sum(spent[k] for k in ("before_first_step_s", "between_runs_s", "within_runs_s", "after_last_step_s"))
-    assert outside + spent["steps_s"] == pytest.approx(spent["command_s"], abs=0.06)
+    # the parts outside the steps and the wall time the steps covered make the whole; one lane,
+    # no two steps at once: that wall time is their sum
+    assert _adds_up(spent) and spent["stepping_s"] == pytest.approx(spent["steps_s"], abs=0.03)
     # forked trials: the fork server's imports and the checks come before the first step, and
     # the command's start is its process's, before tracetui's first line ran
     if sys.platform.startswith("linux"):
@@ -59,8 +66,10 @@ def test_a_replayed_log_gives_the_same_account_and_a_command_called_again_starts
                         "--seq-len", "16", "--runs-dir", tmp_path / name, "--export", "json", "-o", out)
         assert proc.returncode == 0, proc.stderr
         outs.append(json.loads(out.read_text())["time"][0])
+    # the second found the fork server up: its imports were the first command's, none of its own
+    assert outs[1]["libraries_s"] is None
     for spent in outs:
-        assert spent["command_s"] < 120 and spent["command_s"] >= spent["steps_s"]
+        assert _adds_up(spent)
     again = tmp_path / "again.json"
     proc = run_cli("show", _log(tmp_path / "b"), "--export", "json", "-o", again)
     assert proc.returncode == 0, proc.stderr
@@ -94,3 +103,33 @@ def test_the_monitor_says_where_the_time_went_and_what_each_start_was_spent_on(t
     assert said[0].startswith(f"time: {spent['command_s']:.1f} s, {100 * spent['steps_s'] / spent['command_s']:.0f}% "
                               "in steps")
     assert "started: " in detail and "from its start to its first step" in detail
+
+
+def _ev(etype, run_id, t, **kw):
+    return {"v": 1, "type": etype, "run_id": run_id, "t": t, **kw}
+
+
+def _step(run_id, step, begin, wall_s, warmup=False):
+    return _ev("step", run_id, begin + wall_s + 0.01, step=step, warmup=warmup, wall_ms=wall_s * 1000,
+               t_end=begin + wall_s, rank=0)
+
+
+def test_the_account_of_two_lanes_a_later_rerun_and_a_scripts_stages():
+    """Two lanes step at once (the share is of the wall time the steps covered, not of their
+    sum); a run made again after the sweep's end is not the sweep's; a script's stages, sent
+    at once at its first step, still date its start."""
+    t0 = 1000.0
+    events = [_ev("sweep", "s", t0, times={"command": t0, "sweep": t0 + 1.0})]
+    for lane, rid in enumerate(("s/a", "s/b")):
+        # a script's callback: every stage at once, at the first step, each with its own age
+        for stage, age in (("running the script", 0.2), ("building the trainer", 1.5), ("first step", 2.0)):
+            events.append(_ev("run_stage", rid, t0 + 3.0 + lane * 0.1, stage=stage, elapsed_s=age + lane * 0.1,
+                              stages={}))
+        events += [_step(rid, n, t0 + 3.0 + lane * 0.1 + n, 1.0) for n in range(4)]
+    events.append(_ev("sweep", "s", t0 + 8.0, times={"ended": t0 + 8.0}))
+    events += [_step("s/a", 0, t0 + 60.0, 1.0)]  # the monitor's r, a minute later
+    (spent,) = time_spent(Results().extend(events))
+    assert spent["steps_s"] == pytest.approx(8.0) and spent["stepping_s"] == pytest.approx(4.1)
+    assert spent["command_s"] == 8.0 and spent["steps_share"] == pytest.approx(4.1 / 8.0, abs=0.001)
+    assert spent["after_last_step_s"] == pytest.approx(0.9) and spent["first_run_start_s"] == pytest.approx(2.0)
+    assert _adds_up(spent)

@@ -346,8 +346,10 @@ class RunData:
         elif etype == RUN_STAGE:
             if event.get("rank", 0) == 0 and isinstance(event.get("stages"), dict):
                 self.stages = event["stages"]
-                if self.asked_at is None:
-                    self.asked_at = event["t"] - float(event["elapsed_s"])
+                # the earliest reading: a swept script's callback sends its stages at once,
+                # at its first step, each with its own time since the process started
+                asked = event["t"] - float(event["elapsed_s"])
+                self.asked_at = asked if self.asked_at is None else min(self.asked_at, asked)
         elif etype == RUN_SETTINGS:
             if event.get("rank", 0) == 0 or not self.settings:
                 self.settings = event.get("settings") or {}
@@ -613,11 +615,13 @@ def _add_start(row: dict, runs: list[RunData]) -> None:
 
 def time_spent(results: Results) -> list[dict]:
     """Where each sweep's time went, from its own start (the command's process start) to its
-    end: its steps (warm-up included) against what lay before its first step (of which the fork
-    server's library imports, the checks, the first run's start), between its runs, between the
-    steps of one run, and after its last step. The parts outside the steps add up with the
-    wall time the steps covered to ``command_s``. One dict per sweep that said when it ran
-    (``sweep`` events), in its order; seconds."""
+    end: its steps (warm-up included; ``steps_s`` their sum, ``stepping_s`` the wall time they
+    covered, the same where one run steps at a time) against what lay before its first step (of
+    which the fork server's library imports, the checks, the first run's start), between its
+    runs, between the steps of one run, and after its last step. Those parts and
+    ``stepping_s`` add up to ``command_s``. Steps after the sweep's end (a run the monitor's
+    ``r`` made again) are not the sweep's. One dict per sweep that said when it ran (``sweep``
+    events), in its order; seconds."""
     out = []
     for sid, marks in results.sweep_times.items():
         runs = [r for r in results.runs.values() if r.run_id.split("/", 1)[0] == sid]
@@ -625,12 +629,17 @@ def time_spent(results: Results) -> list[dict]:
     return out
 
 
+def _step_span(s: dict) -> tuple[float, float]:
+    end = s.get("t_end", s["t"])
+    return end - s["wall_ms"] / 1000.0, end
+
+
 def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
-    spans = sorted((s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0, s.get("t_end", s["t"]), s["wall_ms"] / 1000.0,
-                    bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps if s.get("rank", 0) == 0)
+    end = marks.get("ended")
+    spans = sorted((*_step_span(s), s["wall_ms"] / 1000.0, bool(s.get("warmup")), r.run_id) for r in runs
+                   for s in r.steps if s.get("rank", 0) == 0 and (end is None or _step_span(s)[1] <= end + 0.5))
     # (a sweep started from Python, not by the command: from the earliest of its marks)
     start = marks.get("command") or min((v for k, v in marks.items() if k != "ended"), default=None)
-    end = marks.get("ended")
 
     def secs(a: str, b: str) -> float | None:
         return round(marks[b] - marks[a], 2) if a in marks and b in marks else None
@@ -641,14 +650,14 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
                            "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
     if not spans:
         return got
-    asked = sorted((r.asked_at, r) for r in runs if r.asked_at is not None and r.steps)
-    first_begin = spans[0][0]
-    got["before_first_step_s"] = round(first_begin - start, 2) if start else None
-    if asked:
-        first = asked[0][1]
-        begin = min(s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0 for s in first.steps if s.get("rank", 0) == 0)
+    first_runs = sorted((r for r in runs if r.asked_at is not None and r.steps), key=lambda r: r.asked_at)
+    got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None
+    if first_runs:
+        first = first_runs[0]
+        begin = min(_step_span(s)[0] for s in first.steps if s.get("rank", 0) == 0)
         got["first_run_start_s"] = round(begin - first.asked_at, 2)
     between = within = 0.0
+    covered = spans[0][1] - spans[0][0]
     reach, owner = spans[0][1], spans[0][4]
     for b, e, _, _, rid in spans[1:]:
         if b > reach:  # a gap no step covers
@@ -656,13 +665,15 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
                 within += b - reach
             else:
                 between += b - reach
+        covered += max(0.0, e - max(b, reach))
         if e > reach:
             reach, owner = e, rid
+    got["stepping_s"] = round(covered, 2)
     got["between_runs_s"] = round(between, 2)
     got["within_runs_s"] = round(within, 2)
     got["after_last_step_s"] = round(end - reach, 2) if end else None
     if got["command_s"]:
-        got["steps_share"] = round(got["steps_s"] / got["command_s"], 3)
+        got["steps_share"] = round(covered / got["command_s"], 3)
     return got
 
 
@@ -672,7 +683,8 @@ def time_line(spent: dict) -> str:
     total = spent.get("command_s")
     if not total:
         return ""
-    parts = [f"{total:.1f} s, {100 * spent['steps_s'] / total:.0f}% in steps ({spent['steps_s']:.1f} s, "
+    covered = spent.get("stepping_s", spent["steps_s"])
+    parts = [f"{total:.1f} s, {100 * covered / total:.0f}% in steps ({spent['steps_s']:.1f} s, "
              f"warm-up {spent['warmup_steps_s']:.1f})"]
     before = spent.get("before_first_step_s")
     if before is not None:

@@ -13,9 +13,9 @@ import gc
 import time
 
 from . import optional
-from .lifetime import PRELOAD
+from .lifetime import LIBRARIES
 
-optional.restore(PRELOAD)
+optional.restore(LIBRARIES)
 gc.freeze()
 gc.enable()
 #: when the server's imports ended (see :data:`.gcoff.STARTED`)

@@ -154,8 +154,11 @@ def launch(start: Callable):
 
 
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
-PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.metadata", "tracetui.runner.optional", "torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
-           "trl.trainer.sft_trainer", "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
+#: the libraries of :data:`PRELOAD`, imported in this order by :mod:`tracetui.runner.libraries`
+LIBRARIES = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
+             "trl.trainer.sft_trainer"]
+PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.metadata", "tracetui.runner.optional", "tracetui.runner.libraries",
+           "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.warm", "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)
 #: ``forkserver`` (the default on Linux) or ``spawn`` (a fresh interpreter per trial)
 START_ENV = "TRACETUI_START"
@@ -264,8 +267,10 @@ def _stop_server_at_exit() -> None:
     if os.getpid() not in _at_exit:
         import atexit
 
-        atexit.register(stop_server)
-        _at_exit.append(os.getpid())
+        mine = os.getpid()
+        # (a process forked from this one inherits the handler: the server is not its to stop)
+        atexit.register(lambda: stop_server() if os.getpid() == mine else None)
+        _at_exit.append(mine)
 
 
 def stop_server() -> None:

@@ -13,9 +13,10 @@ the marks, so a trial's own code (a model's remote code, say) can still import t
 them only then. What the libraries decided while the marks stood stays decided for every trial:
 they see these packages as not installed.
 
-A library that imports one of them unconditionally would fail its import here: :func:`restore`
-imports every module of the preload that is missing once the marks are gone, so such a library
-is imported after all, with the package, and the server is whole either way.
+A library that imports one of them unconditionally would fail its import here
+(:mod:`.libraries` passes over whatever its import raises): :func:`restore` imports every
+library that is missing once the marks are gone, so such a library is imported after all, with
+the package, and the server is whole either way.
 ``TRACETUI_PRELOAD_OPTIONAL=1`` imports them as the libraries would.
 """
 
@@ -43,15 +44,15 @@ def hide() -> None:
             marked.append(name)
 
 
-def restore(preload: list[str]) -> list[str]:
-    """Remove the marks; import each module of ``preload`` that is missing (one whose import
-    failed on a mark), now with everything in place. Returns those imported again."""
+def restore(libraries: list[str]) -> list[str]:
+    """Remove the marks; import each of ``libraries`` that is missing (one whose import failed
+    on a mark), now with everything in place. Returns those imported again."""
     for name in marked:
         if sys.modules.get(name, 0) is None:
             del sys.modules[name]
     marked.clear()
     again = []
-    for name in preload:
+    for name in libraries:
         if name.startswith("tracetui.") or name in sys.modules:
             continue
         try:

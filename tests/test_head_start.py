@@ -102,12 +102,15 @@ def test_without_head_starts_each_run_starts_after_the_one_before_ends(tmp_path)
 
 def test_until_confident_runs_get_the_references_of_the_runs_that_ended_before_their_turn(tmp_path):
     """--until-confident with head starts: a later split starts before the one before it has
-    measured anything, so its stopping rule gets its references with its first turn. A later
-    split clear of the first by more than the bar stops as soon as the rule allows."""
+    measured anything, so its stopping rule gets its references with its turns (complete with
+    the one that begins its measured steps). A later split clear of the first stops as soon as
+    the rule allows."""
     out = tmp_path / "s.json"
-    proc = run_main("--splits", "1x4,4x1", "--steps", "40", "--warmup", "2", "--min-steps", "6",
-                    "--until-confident", "0.5", "--repeats", "1", "--runs-dir", tmp_path / "runs",
-                    "--export", "json", "-o", out)
+    # 1x8 against 8x1 at 32 tokens a row: on a CPU 8 calls of one row take 2-3x one call of 8
+    # (at 256 tokens 1x4 and 4x1 took about the same: nothing to settle)
+    proc = run_main("--effective-batch", "8", "--splits", "1x8,8x1", "--seq-len", "32", "--steps", "40",
+                    "--warmup", "2", "--min-steps", "6", "--until-confident", "0.5", "--repeats", "1",
+                    "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
     assert proc.returncode == 0, proc.stderr
     _, runs = _runs(tmp_path / "runs")
     first, second = sorted(runs.values(), key=lambda r: r["forked"])
@@ -117,7 +120,7 @@ def test_until_confident_runs_get_the_references_of_the_runs_that_ended_before_t
     # the later split stops because it is clear of the first (which it can only know from the
     # references its turns brought), not because its own median is known to 0.5%
     rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
-    assert rows["1x4"]["stop_reason"] == "settled", rows["1x4"]
+    assert rows["1x8"]["stop_reason"] == "settled", rows["1x8"]
 
 
 def test_a_probe_takes_its_references_with_its_first_turn():

@@ -153,10 +153,10 @@ def launch(start: Callable):
 
 
 
-#: what every trial imports, imported once by the fork server (none of it initialises CUDA)
 #: the libraries of :data:`PRELOAD`, imported in this order by :mod:`tracetui.runner.libraries`
 LIBRARIES = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
              "trl.trainer.sft_trainer"]
+#: what every trial imports, imported once by the fork server (none of it initialises CUDA)
 PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.metadata", "tracetui.runner.optional", "tracetui.runner.libraries",
            "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.warm", "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)

@@ -629,15 +629,16 @@ def time_spent(results: Results) -> list[dict]:
     return out
 
 
-def _step_span(s: dict) -> tuple[float, float]:
+def step_span(s: dict) -> tuple[float, float]:
+    """When a step event's step began and ended (host clock, unix seconds)."""
     end = s.get("t_end", s["t"])
     return end - s["wall_ms"] / 1000.0, end
 
 
 def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     end = marks.get("ended")
-    spans = sorted((*_step_span(s), s["wall_ms"] / 1000.0, bool(s.get("warmup")), r.run_id) for r in runs
-                   for s in r.steps if s.get("rank", 0) == 0 and (end is None or _step_span(s)[1] <= end + 0.5))
+    spans = sorted((b, e, s["wall_ms"] / 1000.0, bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps
+                   if s.get("rank", 0) == 0 for b, e in (step_span(s),) if end is None or e <= end + 0.5)
     # (a sweep started from Python, not by the command: from the earliest of its marks)
     start = marks.get("command") or min((v for k, v in marks.items() if k != "ended"), default=None)
 
@@ -650,11 +651,10 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
                            "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
     if not spans:
         return got
-    first_runs = sorted((r for r in runs if r.asked_at is not None and r.steps), key=lambda r: r.asked_at)
     got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None
-    if first_runs:
-        first = first_runs[0]
-        begin = min(_step_span(s)[0] for s in first.steps if s.get("rank", 0) == 0)
+    first = min((r for r in runs if r.asked_at is not None and r.steps), key=lambda r: r.asked_at, default=None)
+    if first is not None:
+        begin = next(b for b, *_, rid in spans if rid == first.run_id)
         got["first_run_start_s"] = round(begin - first.asked_at, 2)
     between = within = 0.0
     covered = spans[0][1] - spans[0][0]

@@ -53,7 +53,7 @@ def restore(libraries: list[str]) -> list[str]:
     marked.clear()
     again = []
     for name in libraries:
-        if name.startswith("tracetui.") or name in sys.modules:
+        if name in sys.modules:
             continue
         try:
             __import__(name)

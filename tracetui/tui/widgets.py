@@ -17,7 +17,8 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import PROBE_WHY, Results, RunData, median, recommendation, repeat_mark, scope_note, verdict
+from ..analysis import (PROBE_WHY, Results, RunData, median, recommendation, repeat_mark, scope_note, step_span,
+                        verdict)
 from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
 from ..knobs import SHORT
 from ..phases import PHASES
@@ -199,7 +200,7 @@ def start_words(run: RunData) -> str:
     steps = [s for s in run.steps if s.get("rank", 0) == 0]
     if not stages or not steps or run.asked_at is None:
         return ""
-    first = min(s.get("t_end", s["t"]) - s["wall_ms"] / 1000.0 for s in steps) - run.asked_at
+    first = min(step_span(s)[0] for s in steps) - run.asked_at
     ends = [t for _, t in stages[1:]] + [first]
     parts = [f"{_STAGE_WORDS.get(name, name)} {max(0.0, end - t):.1f}" for (name, t), end in zip(stages, ends)
              if end - t >= 0.05]

@@ -253,6 +253,7 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
     reader, writer = ctx.Pipe(duplex=False)
     try:
         restart_server_if_gone()
+        asked = time.time()
         proc = ctx.Process(target=_checks_child, args=(cfg, writer, server_pid()), daemon=True,
                            name="tracetui-checks")
         proc.start()
@@ -264,10 +265,7 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
             ready = wait([reader, proc.sentinel])
         if reader in ready:
             answer, times = reader.recv()
-            # the server's imports, where this command made them (a server started before it,
-            # by an earlier command of the same process, imported for that one)
-            since = clock.marks.get("command", 0.0)
-            clock.marks.update({k: v for k, v in times.items() if v >= since})
+            clock.marks.update(server_marks(times, clock.marks.get("command", 0.0), asked))
     except (EOFError, OSError):
         answer = None  # the fork server or the check died: the checks run here instead
     except BaseException:
@@ -304,6 +302,20 @@ def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
         writer.close()
     except OSError:
         pass  # tracetui has gone (interrupted while the server was still importing)
+
+
+def server_marks(times: dict[str, float], since: float, asked: float) -> dict[str, float]:
+    """The fork server's imports as this command's time account counts them (``since``: the
+    command's start; ``asked``: when it first asked the server for a process): a server started
+    before the command (kept from an earlier one, :mod:`.kept`, or an earlier command of the same
+    process) imported for that one, and this command waited for what was left of its imports,
+    if anything (``kept``: when it had ended them)."""
+    server, ready = times.get("server"), times.get("libraries")
+    if ready is None:
+        return {}
+    if ready < since:
+        return {"server": asked, "libraries": asked, "kept": ready}
+    return {"server": max(server if server is not None else since, since), "libraries": ready}
 
 
 def server_times() -> dict[str, float]:

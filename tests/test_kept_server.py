@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,32 @@ def test_a_bad_keep_time_is_refused_in_one_line(tmp_path, monkeypatch):
     assert got.stderr.strip() == ("tracetui: error: TRACETUI_KEEP_SERVER: 'ten minutes' is not a number of seconds; "
                                   "give how long a fork server waits for the next command (0: none kept; default 600)")
     assert not list((tmp_path / "runs").glob("*/events.jsonl"))  # no sweep began
+
+
+def test_a_kept_trial_counts_the_other_trials_of_its_command_as_its_sweeps_own(servers, capfd, monkeypatch):
+    """The busy-machine check (probe/quiet.py, probe/gpu.py) counts the sweep's own processes
+    as no other load: a kept server's trials are not the command's descendants, but each shares
+    a pipe with its command, and a trial of another command shares none."""
+    from tracetui.runner.lifetime import trial_context
+
+    for name, value in _env(servers).items():
+        monkeypatch.setenv(name, value)
+    ctx = trial_context()
+    sleeper = ctx.Process(target=time.sleep, args=(60,))
+    sleeper.start()
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        code = ("from tracetui.probe.quiet import kept_siblings; import os; "
+                f"print('MINE', sorted(kept_siblings({os.getpid()}) - {{os.getpid()}}), "
+                f"'THEIRS', sorted(kept_siblings({other.pid}) - {{os.getpid()}}))")
+        asker = ctx.Process(target=exec, args=(code,))
+        asker.start()
+        asker.join(60)
+        assert asker.exitcode == 0
+        out = capfd.readouterr().out
+        assert f"MINE [{sleeper.pid}] THEIRS []" in out, out
+    finally:
+        sleeper.kill()
+        other.kill()
+        other.wait()
+        sleeper.join(10)

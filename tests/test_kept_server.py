@@ -96,6 +96,16 @@ def test_a_kept_servers_trial_runs_in_the_commands_environment_directory_and_out
     assert proc.exitcode == 0
     out, err = capfd.readouterr()
     assert "TERM=kept-test-term" in out and str(tmp_path) in out and "on-stderr" in err
+    # its socket removed (a cleaned /tmp): the next trial starts a new server, and the old one,
+    # which no command can reach, ends
+    (sock,) = servers.glob("*.sock")
+    sock.unlink()
+    again = ctx.Process(target=os.system, args=("echo again",))
+    again.start()
+    again.join(60)
+    assert again.exitcode == 0 and "again" in capfd.readouterr().out
+    assert server_pid() != pid and str(server_pid()) in {p.read_text().strip() for p in servers.glob("*.pid")}
+    wait_until(lambda: process_gone(pid), 20)
 
 
 def test_a_kept_servers_trial_dies_with_its_command_and_a_killed_server_is_replaced(tmp_path, servers):

@@ -336,7 +336,8 @@ class _Server:
             sel.register(self.sig_r, selectors.EVENT_READ)
             while True:
                 wait = None if self.children else max(0.0, self.keep_s - (time.monotonic() - self.last))
-                ready = {key.fileobj for key, _ in sel.select(min(wait, 30.0) if wait is not None else 30.0)}
+                # (at least every 5 s: whether its socket is still its own)
+                ready = {key.fileobj for key, _ in sel.select(min(wait, 5.0) if wait is not None else 5.0)}
                 if self.sig_r in ready:
                     self._reap()
                 if self.listener in ready:
@@ -369,7 +370,7 @@ class _Server:
             if select.select([self.listener], [], [], 0)[0]:
                 return False  # a request came meanwhile
             if self._mine():
-                for path in (self.address, base + ".pid"):
+                for path in (self.address, base + ".pid", base + ".log"):
                     with contextlib.suppress(OSError):
                         os.unlink(path)
         return True
@@ -454,7 +455,16 @@ class _Popen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             set_spawning_popen(None)
-        self.sentinel, w = server.connect(self._fds)
+        try:
+            self.sentinel, w = server.connect(self._fds)
+        except OSError:  # gone since the last look (its socket removed, the server killed): once more
+            from .lifetime import _ensure_server
+
+            forget()
+            _ensure_server()
+            if current is None:
+                return super()._launch(process_obj)
+            self.sentinel, w = current.connect(self._fds)
         keep = os.dup(w)  # the trial's sign that this command lives (watch_the_command)
         self.finalizer = mp_util.Finalize(self, mp_util.close_fds, (keep, self.sentinel))
         env = pickle.dumps(dict(os.environ))

@@ -15,6 +15,6 @@ plain 4x1; save
 for i in 1 2 3; do
   python3 -c "import time; t=time.perf_counter(); import torch, transformers, trl, peft, datasets; from trl import SFTTrainer; print(f'imports {time.perf_counter()-t:.2f} s')" 2>/dev/null | tee -a "$R/imports.txt"
 done; save
-/usr/bin/time -f "command %e s" python3 -m tracetui sweep --splits 1x4,4x1 --export json -o "$R/script.json" \
+/usr/bin/time -f "command %e s" python3 -m tracetui sweep --splits 1x4,4x1 --repeats 1 --export json -o "$R/script.json" \
   --runs-dir "$R/runs" -- python3 examples/train_lora.py --no_trace --model_name_or_path qwen3-0.6b --max_steps 20 \
   2> "$R/script.err"; tail -5 "$R/script.err"; save

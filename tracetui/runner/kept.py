@@ -63,6 +63,20 @@ _MAX_FDS = 256
 IN_KEPT_TRIAL = False
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited, or a zombie nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def reattach() -> None:
+    """Find or start a server again (:func:`tracetui.runner.lifetime._ensure_server`, which sets
+    the environment a server starts in; set by it, which imports this module)."""
+
+
 def keep_seconds() -> float:
     """``TRACETUI_KEEP_SERVER``: how long a kept server waits (0: none); a bad value is refused
     with one line."""
@@ -140,8 +154,6 @@ class KeptServer:
         self.address, self.pid, self.started = address, pid, started
 
     def alive(self) -> bool:
-        from .lifetime import process_gone
-
         return not process_gone(self.pid)
 
     def connect(self, fds: list[int]) -> tuple[int, int]:
@@ -203,8 +215,6 @@ def attach(preload: list[str], server_env: dict, keep_s: float) -> KeptServer | 
     with open(where / f"{key}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one command at a time finds or starts it
         pid = _read_pid(pidfile)
-        from .lifetime import process_gone
-
         if pid and not process_gone(pid) and _ping(str(sock)):
             current = KeptServer(str(sock), pid, started=False)
             return current
@@ -458,10 +468,8 @@ class _Popen(popen_forkserver.Popen):
         try:
             self.sentinel, w = server.connect(self._fds)
         except OSError:  # gone since the last look (its socket removed, the server killed): once more
-            from .lifetime import _ensure_server
-
             forget()
-            _ensure_server()
+            reattach()
             if current is None:
                 return super()._launch(process_obj)
             self.sentinel, w = current.connect(self._fds)

@@ -23,6 +23,9 @@ import threading
 import time
 from typing import Callable
 
+from . import kept
+from .kept import process_gone  # noqa: F401 - (defined there: the kept server's side needs it too)
+
 # ---- no trial outlives tracetui ---------------------------------------------------------------
 #
 # The kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills a trial when tracetui
@@ -181,9 +184,7 @@ def check_start_env() -> None:
         raise ConfigError(START_ENV, f"{value!r} is neither forkserver nor spawn",
                           "unset it (the fork server, on Linux), or set spawn for fresh interpreters")
     if forking():
-        from .kept import keep_seconds
-
-        keep_seconds()  # (a bad TRACETUI_KEEP_SERVER, refused the same way)
+        kept.keep_seconds()  # (a bad TRACETUI_KEEP_SERVER, refused the same way)
 
 
 def trial_context():
@@ -196,8 +197,6 @@ def trial_context():
     check_start_env()
     if not forking():
         return mp.get_context("spawn")
-    from . import kept
-
     keep_s = kept.keep_seconds()
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
@@ -216,8 +215,6 @@ def _ensure_server(keep_s: float | None = None) -> None:
     command's own fork server, or start it again if it has died (``ensure_running`` does both;
     it returns at once while the server lives)."""
     from multiprocessing import forkserver
-
-    from . import kept
 
     keep_s = kept.keep_seconds() if keep_s is None else keep_s
     # the server's imports must not initialise the CUDA driver (a forked child could not use
@@ -308,8 +305,6 @@ def stop_server() -> None:
     may still be importing, and left alone tracetui's exit waited for those imports (4-5 s on a
     2-core CPU) and the server spent them on a core; and at tracetui's exit
     (:func:`_stop_server_at_exit`). (It holds nothing a later sweep needs.)"""
-    from . import kept
-
     if kept.current is not None:
         return  # kept for the next command, not this one's to stop
     pid = server_pid()
@@ -320,20 +315,9 @@ def stop_server() -> None:
             pass
 
 
-def process_gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (exited, or a zombie nobody has reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def server_pid() -> int | None:
     """The fork server's pid (a forked trial's parent), when one runs."""
     from multiprocessing import forkserver
-
-    from . import kept
 
     if kept.current is not None:
         return kept.current.pid
@@ -346,8 +330,6 @@ def release_server() -> None:
     waits for the last holder to go before it exits: held by a trial, a killed tracetui would
     leave the server, and so the trial (whose parent-death signal waits for the server), alive."""
     from multiprocessing import forkserver
-
-    from . import kept
 
     if kept.IN_KEPT_TRIAL:
         kept.watch_the_command()  # (its parent, the kept server, outlives the command)
@@ -362,3 +344,6 @@ def release_server() -> None:
         except OSError:
             pass
         server._forkserver_alive_fd = None
+
+
+kept.reattach = _ensure_server  # (the kept server's trials, when their server has gone)

@@ -64,9 +64,12 @@ def _server(where: Path) -> int:
 
 
 def test_a_second_command_forks_its_trials_from_the_server_the_first_kept(tmp_path, servers):
-    first, _ = _sweep(tmp_path, servers, "first")
+    first, said = _sweep(tmp_path, servers, "first")
     pid = _server(servers)
     assert first["libraries_s"] > 0 and "server_ready_before_s" not in first
+    # the command that started it says, once, that it stays
+    assert said.splitlines()[-1] == (f"tracetui: the fork server (pid {pid}) stays for the next command, until 60 s "
+                                     "pass without one; TRACETUI_KEEP_SERVER=0 keeps none")
     # the second: the same interpreter, directory and environment, but for what only says where
     # a shell runs (another terminal)
     second, err = _sweep(tmp_path, servers, "second", TERM="xterm-other", SSH_TTY="/dev/pts/9")
@@ -75,6 +78,7 @@ def test_a_second_command_forks_its_trials_from_the_server_the_first_kept(tmp_pa
     assert second["before_first_step_s"] < first["before_first_step_s"] - first["libraries_s"] / 2
     line = next(x for x in err.splitlines() if x.startswith("tracetui: time: "))
     assert "library imports 0 (a fork server kept from an earlier command)" in line
+    assert "stays for the next command" not in err
 
 
 def test_a_kept_servers_trial_runs_in_the_commands_environment_directory_and_output(tmp_path, servers, capfd,

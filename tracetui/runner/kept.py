@@ -150,8 +150,8 @@ def server_key(preload: list[str], env: dict | None = None) -> str:
 class KeptServer:
     """A kept server this command uses: its socket, its pid, and whether this command started it."""
 
-    def __init__(self, address: str, pid: int, started: bool):
-        self.address, self.pid, self.started = address, pid, started
+    def __init__(self, address: str, pid: int, started: bool, keep_s: float = DEFAULT_KEEP_S):
+        self.address, self.pid, self.started, self.keep_s = address, pid, started, keep_s
 
     def alive(self) -> bool:
         return not process_gone(self.pid)
@@ -216,7 +216,7 @@ def attach(preload: list[str], server_env: dict, keep_s: float) -> KeptServer | 
         fcntl.flock(lock, fcntl.LOCK_EX)  # one command at a time finds or starts it
         pid = _read_pid(pidfile)
         if pid and not process_gone(pid) and _ping(str(sock)):
-            current = KeptServer(str(sock), pid, started=False)
+            current = KeptServer(str(sock), pid, started=False, keep_s=keep_s)
             return current
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
@@ -238,7 +238,7 @@ def attach(preload: list[str], server_env: dict, keep_s: float) -> KeptServer | 
         tmp.write_text(f"{proc.pid}\n")
         os.replace(tmp, pidfile)
         _reaped_later(proc)
-        current = KeptServer(str(sock), proc.pid, started=True)
+        current = KeptServer(str(sock), proc.pid, started=True, keep_s=keep_s)
         return current
 
 
@@ -250,6 +250,15 @@ def _reaped_later(proc) -> None:
     subprocess reaps it if it ends first (no zombie left)."""
     _started.append(proc)
     _started[:] = [p for p in _started if p.poll() is None]
+
+
+def started_note() -> str:
+    """For the command that started the kept server, at its end: one line that it stays, for how
+    long, and how to keep none (a process of tracetui's left running should say so once)."""
+    if current is None or not current.started or not current.alive():
+        return ""
+    return (f"the fork server (pid {current.pid}) stays for the next command, until {current.keep_s:.0f} s pass "
+            f"without one; TRACETUI_KEEP_SERVER=0 keeps none")
 
 
 def forget() -> None:

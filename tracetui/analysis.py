@@ -1054,20 +1054,28 @@ def _gib(x: float) -> str:
     return f"{x:.0f}" if x >= 20 or float(x).is_integer() else f"{x:.3g}"
 
 
-def held_back(group: list[dict]) -> str | None:
-    """Why no ranking may be claimed for a group of splits (one effective batch), or None."""
+def held_back(group: list[dict], allow_busy: bool = False) -> str | None:
+    """Why no ranking may be claimed for a group of splits (one effective batch), or None.
+    ``allow_busy``: a busy machine holds nothing back (:func:`busy_mark` says so instead)."""
     few = [r for r in group if r.get("too_few_steps")]
     if few:
         r = few[0]
         return (f"too few steps for a verdict ({r['trial']}: {r['steps_measured']} measured, "
                 f"{MIN_INTERVAL_STEPS} needed for an interval)")
     busy = [r for r in group if r.get("busy")]
-    if busy:
+    if busy and not allow_busy:
         return f"held back: the machine was busy ({busy[0]['busy']}); measure again on a quiet machine"
     changed = [r for r in group if r.get("env_changed")]
     if changed:
         return f"held back: {changed[0]['env_changed']}"
     return None
+
+
+def busy_mark(group: list[dict]) -> str:
+    """The words every answer given under ``--allow-busy`` carries for a group measured on a
+    busy machine ("" when it was quiet)."""
+    busy = [r for r in group if r.get("busy")]
+    return f" [measured on a busy machine: {busy[0]['busy']}]" if busy else ""
 
 
 def scope_note(rows: list[dict]) -> str:
@@ -1085,7 +1093,21 @@ def scope_note(rows: list[dict]) -> str:
     return ""
 
 
-def verdict(rows: list[dict]) -> str:
+@dataclass(frozen=True)
+class Policy:
+    """What the user allowed the answer to be (``--allow-result-changes``, ``--allow-busy``):
+    one value, so that the verdict, the recommendation and every output that carries them agree."""
+
+    allow_result_changes: bool = False
+    allow_busy: bool = False
+
+    @classmethod
+    def of(cls, obj) -> "Policy":
+        """From a config or parsed flags (whichever attributes they have)."""
+        return cls(bool(getattr(obj, "allow_result_changes", False)), bool(getattr(obj, "allow_busy", False)))
+
+
+def verdict(rows: list[dict], policy: Policy = Policy()) -> str:
     """The one-line answer, per effective batch: which split is fastest and by how much."""
     lines = []
     groups: dict[tuple, list[dict]] = {}
@@ -1101,10 +1123,11 @@ def verdict(rows: list[dict]) -> str:
         if fastest.get("peak_mem_gib") is not None:
             cap = fastest.get("memory_limit_gib") or fastest.get("mem_total_gib")
             mem = f"; peak memory {fastest['peak_mem_gib']:.1f}" + (f" of {_gib(cap)} GiB" if cap else " GiB")
+        busy = busy_mark(group) if policy.allow_busy else ""
         if len(group) == 1:
-            lines.append(f"{fastest['trial']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}")
+            lines.append(f"{fastest['trial']}: {fastest['step_ms_median']:.1f} ms/step at effective batch {eb}{where}{mem}{busy}")
             continue
-        why = held_back(group)
+        why = held_back(group, policy.allow_busy)
         if why:
             lines.append(f"effective batch {eb}{where}: {why}")
             continue
@@ -1119,25 +1142,25 @@ def verdict(rows: list[dict]) -> str:
         if clear:
             ci = f" (95% CI {lo:.2f}-{hi:.2f}x)" if lo is not None else ""
             lines.append(f"{fastest['trial']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['trial']}"
-                         f"{ci} at effective batch {eb}{where}{mem}")
+                         f"{ci} at effective batch {eb}{where}{mem}{busy}")
         else:
             how = ("the speedup's interval includes 1" if fastest.get("ci_scope") == "runs"
                    else "intervals overlap")
             lines.append(f"no clear difference between {fastest['trial']} and {slowest['trial']} "
-                         f"at effective batch {eb}{where} ({how})")
+                         f"at effective batch {eb}{where} ({how}){busy}")
     return " | ".join(lines)
 
 
-def recommendation(rows: list[dict], allow_result_changes: bool = False) -> str:
+def recommendation(rows: list[dict], policy: Policy = Policy()) -> str:
     """The fastest trial that fits with at least 10% memory headroom and computes what the
     others do (unless ``allow_result_changes``), per effective batch, with the ``SFTConfig``
     arguments that run it."""
-    return " | ".join(text for _best, text in _recommend(rows, allow_result_changes))
+    return " | ".join(text for _best, text in _recommend(rows, policy))
 
 
-def recommended_rows(rows: list[dict], allow_result_changes: bool = False) -> list[dict]:
+def recommended_rows(rows: list[dict], policy: Policy = Policy()) -> list[dict]:
     """The rows :func:`recommendation` recommends (one per machine and effective batch)."""
-    return [best for best, _text in _recommend(rows, allow_result_changes) if best is not None]
+    return [best for best, _text in _recommend(rows, policy) if best is not None]
 
 
 def _overlap(a: dict, b: dict) -> bool:
@@ -1152,7 +1175,7 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _recommend(rows: list[dict], allow_result_changes: bool):
+def _recommend(rows: list[dict], policy: Policy):
     """``(row or None, text)`` per machine and effective batch."""
     groups: dict[tuple, list[dict]] = {}
     unfinished = {(r["machine"], r["effective_batch"]) for r in rows
@@ -1167,7 +1190,7 @@ def _recommend(rows: list[dict], allow_result_changes: bool):
         if not group:
             yield None, f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)"
             continue
-        why = held_back(group)
+        why = held_back(group, policy.allow_busy)
         if why:
             yield None, f"effective batch {eb}: no recommendation ({why})"
             continue
@@ -1178,7 +1201,7 @@ def _recommend(rows: list[dict], allow_result_changes: bool):
         if not ok:
             yield None, f"effective batch {eb}: no split leaves 10% memory headroom"
             continue
-        same = ok if allow_result_changes else [r for r in ok if not r.get("changes_result")]
+        same = ok if policy.allow_result_changes else [r for r in ok if not r.get("changes_result")]
         if not same:
             yield None, (f"effective batch {eb}: every trial that fits changes the result "
                          "(--allow-result-changes to recommend one anyway)")
@@ -1209,4 +1232,6 @@ def _recommend(rows: list[dict], allow_result_changes: bool):
         proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
         if proj:
             text += " (" + "; ".join(f"{r['trial']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
+        if policy.allow_busy:
+            text += busy_mark(group)
         yield best, text

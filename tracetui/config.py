@@ -116,6 +116,8 @@ class SweepConfig:
                               kind=list, metavar="NAME=V1,V2", append=True, show_default=False)
     allow_result_changes: bool = setting(False, "let the recommendation be a setting that changes what "
                                                 "training computes (QLoRA, a loss that departs)")
+    allow_busy: bool = setting(False, "give the verdict and the recommendation even when the machine was busy "
+                                      "while it measured (marked as such everywhere); by default they are held back")
     emit_config: str = setting("", "write the recommendation as a TRL config file that `trl sft --config FILE` "
                                    "reads", metavar="FILE.yaml", show_default=False)
     lr: float = setting(2e-4, "learning rate")

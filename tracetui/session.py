@@ -335,10 +335,10 @@ def emit_recommendation(rows: list[dict], cfg: SweepConfig) -> str:
     """``--emit-config``: write the recommended trial as a TRL config file; say what happened."""
     if not cfg.emit_config:
         return ""
-    from .analysis import recommended_rows
+    from .analysis import Policy, recommended_rows
     from .emit import write_trl_config
 
-    best = recommended_rows(rows, cfg.allow_result_changes)
+    best = recommended_rows(rows, Policy.of(cfg))
     if not best:
         return f"no recommendation, so {cfg.emit_config} was not written"
     try:
@@ -464,7 +464,7 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
 
 def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignals) -> int:
-    from .analysis import Results, recommendation, scope_note, verdict
+    from .analysis import Policy, Results, recommendation, scope_note, verdict
     from .runner.sweep import Sweep
 
     results = Results()
@@ -501,10 +501,10 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         say(f"tracetui: error: {err}")
     elif default_out(ns) != "-":
         say(f"tracetui: summary in {default_out(ns)}")
-    line = verdict(rows)
+    line = verdict(rows, Policy.of(cfg))
     if line:
         say(f"tracetui: {line}")
-    for extra in (recommendation(rows, cfg.allow_result_changes), scope_note(rows)):
+    for extra in (recommendation(rows, Policy.of(cfg)), scope_note(rows)):
         if extra:
             say(f"tracetui: {extra}")
     emitted = emit_recommendation(rows, cfg)

@@ -192,7 +192,9 @@ def test_whatever_passes_the_schema_can_be_analysed_and_exported(items):
     on an event the schema let through: what arrives from outside is checked enough."""
     from tracetui.analysis import Results, summarise
     from tracetui.session import progress_printer
+    from tracetui.analysis import Policy
     from tracetui.export import steps_csv, summary_csv, summary_json
+    from tracetui.outputs import Answer
 
     base = {"run_started": _started, "step": _step,
             "gpu": lambda r: make("gpu", r, util=1.0, mem_used_gib=1.0, mem_total_gib=2.0),
@@ -207,7 +209,7 @@ def test_whatever_passes_the_schema_can_be_analysed_and_exported(items):
             printer(event)
     rows = summarise(results, None)
     summary_csv(rows)
-    _strict_json(summary_json(rows))
+    _strict_json(summary_json(rows, Answer.of(rows, Policy())))
     steps_csv(results)
 
 
@@ -578,14 +580,14 @@ def test_nan_never_reaches_the_jsonl_or_the_json_export(tmp_path):
 
 
 def test_json_export_writes_null_for_values_that_are_not_finite():
+    from tracetui.analysis import Policy, Results, summarise
     from tracetui.export import summary_json
-
-    from tracetui.analysis import Results, summarise
+    from tracetui.outputs import Answer
 
     rows = summarise(Results().extend(read_events([DATA]).events), None)
     rows[0]["final_loss"] = float("nan")
     rows[0]["loss_drift_pct"] = float("inf")
-    out = _strict_json(summary_json(rows))
+    out = _strict_json(summary_json(rows, Answer.of(rows, Policy())))
     assert out["splits"][0]["final_loss"] is None and out["splits"][0]["loss_drift_pct"] is None
 
 

@@ -554,7 +554,7 @@ def test_the_last_resort_exits_even_when_writing_the_summary_blocks(tmp_path):
 
         tapp.STUCK_WRITE_S = 2.0
         app = TraceApp(Live([]), out_path={str(tmp_path / 'out.csv')!r})
-        app.write_csv = lambda: threading.Event().wait()  # blocks for good, as on a held lock
+        app.write_outputs = lambda final=False: threading.Event().wait()  # blocks for good, as on a held lock
         _end_if_stuck(lambda: app, threading.Event(), type("S", (), {{"signum": 15}})())
     """)
     t0 = time.monotonic()

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from tracetui.analysis import Results, diagnose, summarise
 from tracetui.cli import main
-from tracetui.session import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, default_output, exit_status
+from tracetui.outputs import default_output
+from tracetui.session import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, exit_status
 from tracetui.events import make, parse_line
 from tracetui.store import read_events
 from tracetui.trial import Trial

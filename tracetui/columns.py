@@ -182,6 +182,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("env_changed"), Column("loss_note"),
     Column("changes_result", help="why this trial does not compute what the others do (never recommended "
                                   "unless --allow-result-changes)"),
+    Column("recommended", help="the recommended trial of its effective batch, under the same --allow-result-changes "
+                               "and --allow-busy as the verdict; a busy column beside it says it was measured busy"),
     Column("first_step_ms", unit="ms", help="the first (warm-up) step: one-off costs, compiling included"),
     Column("start_s", unit="s", help="process start to the first step (median run)"),
     Column("start_imports_s", unit="s", help="of it: to building the model (the imports in a fresh interpreter; "

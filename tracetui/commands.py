@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .session import EXIT_NONE_OK, UsageError, add_output_args, Parser, write_and_report
+from .session import EXIT_NONE_OK, UsageError, add_output_args, check_outputs, Parser, write_and_report
 from .config import ConfigError
+from .outputs import Outputs
 
 
 def _show_parser() -> Parser:
@@ -15,7 +16,7 @@ def _show_parser() -> Parser:
         "Replay saved event logs (from a sweep, a watch or a TraceCallback) into the final table "
         "and CSV. Logs from several machines are compared side by side, labelled by GPU."))
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
-    add_output_args(p)
+    add_output_args(p, answer=True)
     return p
 
 
@@ -55,16 +56,17 @@ def _unreadable(path: str) -> str | None:
     return None
 
 
-def _check_output(path: str, force: bool, hint: str = "") -> None:
-    """Refuse, with one line, a summary path that cannot be written or is already there
-    (unless ``--force``)."""
-    from .session import check_new, check_writable
-
+def _check_outputs(ns, default: str | None = None) -> None:
+    """:func:`~tracetui.session.check_outputs` as a usage error; ``default``: the summary's path
+    when no ``-o`` is given (beside the log: refused too if a summary is already there)."""
     try:
-        check_writable(path, "--output")
-        check_new(path, "--output", force)
+        check_outputs(ns)
+        if default and not ns.output:
+            from .session import check_new
+
+            check_new(default, "--output", ns.force)
     except ConfigError as exc:
-        raise UsageError(f"{exc}{hint}") from None
+        raise UsageError(f"{exc}" + ("; or give -o PATH" if default and not ns.output else "")) from None
 
 
 def show_main(argv: list[str]) -> int:
@@ -76,14 +78,8 @@ def show_main(argv: list[str]) -> int:
         why = _unreadable(f)
         if why:
             raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
-    from .session import output_format, default_output
-
-    if ns.export and not ns.output:
-        # beside the (first) log, named after its sweep; refused if a summary is already there
-        ns.default_output = default_output(ns.files[0], output_format(ns))
-        _check_output(ns.default_output, ns.force, "; or give -o PATH")
-    elif ns.output:
-        _check_output(ns.output, ns.force)
+    outputs = Outputs.from_args(ns, ns.files[0])
+    _check_outputs(ns, outputs.summary if ns.export else None)
     report = read_events(ns.files)
     if report.skipped:
         sys.stderr.write(f"tracetui: {report.summary()}\n")
@@ -94,8 +90,8 @@ def show_main(argv: list[str]) -> int:
     if not ns.export:
         from .tui.app import run_replay
 
-        return run_replay(report.events, ns, skipped=report.summary())
-    return write_and_report(results, ns, None)
+        return run_replay(report.events, ns, outputs, skipped=report.summary())
+    return write_and_report(results, outputs, None)
 
 
 def _watch_parser() -> Parser:
@@ -104,7 +100,7 @@ def _watch_parser() -> Parser:
         "kept apart by run id). With --export, run headless until Ctrl-C, then write the summary."))
     p.add_argument("--socket", default=None, help="UNIX socket path (default $TRACETUI_SOCKET or a per-user runtime folder)")
     p.add_argument("--runs-dir", default="tracetui_runs", help="where the received events are logged")
-    add_output_args(p)
+    add_output_args(p, answer=True)
     return p
 
 
@@ -117,18 +113,15 @@ def watch_main(argv: list[str]) -> int:
     from .runner.sweep import new_sweep_id
     from .store import EventLog
 
-    from .session import output_format, default_output
-
     ns = _watch_parser().parse_args(argv)
-    if ns.output:
-        _check_output(ns.output, ns.force)
+    _check_outputs(ns)
     path = ns.socket or default_socket_path()
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
-    ns.default_output = default_output(log.path, output_format(ns))
+    outputs = Outputs.from_args(ns, log.path)
     if not ns.export:
         from .tui.app import run_watch
 
-        return run_watch(path, log, ns)
+        return run_watch(path, log, outputs)
     results = Results()
     printer = progress_printer(0, 0)
 
@@ -154,7 +147,7 @@ def watch_main(argv: list[str]) -> int:
             log.close()
         if listener.dropped_total:
             say(f"tracetui: {listener.describe_drops()}")
-        return write_and_report(results, ns, str(log.path), log)
+        return write_and_report(results, outputs, str(log.path), log)
     finally:
         signals.release()
 

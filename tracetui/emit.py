@@ -62,7 +62,7 @@ def trl_config(row: dict, cfg: SweepConfig) -> tuple[dict[str, Any], list[str]]:
     return out, notes
 
 
-def write_trl_config(path: str, row: dict, cfg: SweepConfig) -> None:
+def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
     import yaml
 
     data, notes = trl_config(row, cfg)
@@ -73,3 +73,4 @@ def write_trl_config(path: str, row: dict, cfg: SweepConfig) -> None:
     import os
 
     os.replace(tmp, path)
+    return []

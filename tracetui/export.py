@@ -1,14 +1,12 @@
-"""Write the comparison as CSV or JSON (one row per split), and every measured step as CSV."""
+"""The comparison as CSV or JSON text (one row per split), and every measured step as CSV text.
+Written to files by :mod:`tracetui.outputs`, the one writer."""
 
 from __future__ import annotations
 
-import csv
-import io
-import sys
-from typing import Any
+from typing import Any, Iterable
 
 from .events import dumps
-from .analysis import Results, recommendation, scope_note, summarise, time_spent, verdict
+from .analysis import Results
 from .columns import CSV_KEYS
 
 #: declared in :mod:`tracetui.columns`, with the monitor's table
@@ -28,55 +26,51 @@ def _cell(v: Any) -> Any:
     return v
 
 
+#: every character that ends a line for some reader (``str.splitlines``'s): a field holding one
+#: is quoted, so that no reader splits a row (the csv module quotes only ``\n``, not ``\r``)
+_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _field(v: Any) -> str:
+    s = str(_cell(v))
+    if "," in s or '"' in s or not _BREAKS.isdisjoint(s):
+        return '"' + s.replace('"', '""') + '"'
+    return s
+
+
+def csv_text(columns: list[str], rows: Iterable[dict]) -> str:
+    """CSV (RFC 4180 quoting, ``\n`` between rows) of ``rows``' values under ``columns``."""
+    return "".join(",".join(_field(v) for v in line) + "\n"
+                   for line in [columns] + [[r.get(k) for k in columns] for r in rows])
+
+
 def summary_csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: _cell(r.get(k)) for k in SUMMARY_COLUMNS})
-    return buf.getvalue()
+    return csv_text(SUMMARY_COLUMNS, rows)
 
 
-def summary_json(rows: list[dict], time: list[dict] | None = None) -> str:
-    """The summary as JSON; ``time``: where each sweep's time went (:func:`time_spent`)."""
+def summary_json(rows: list[dict], answer, time: list[dict] | None = None, handoff: dict | None = None) -> str:
+    """The summary as JSON: ``answer`` (:class:`tracetui.outputs.Answer`), the rows, where each
+    sweep's time went (:func:`tracetui.analysis.time_spent`) and ``handoff`` (the recommendation's
+    command and config file, and the policy it was given under)."""
     # NaN/Infinity (a loss gone NaN) are written as null: bare NaN is not JSON to most readers.
-    return dumps({"verdict": verdict(rows), "recommendation": recommendation(rows), "note": scope_note(rows),
-                  "splits": [dict({k: r.get(k) for k in SUMMARY_COLUMNS}, settings=r.get("settings") or {})
-                             for r in rows],
-                  "time": time or []}, indent=2)
+    return dumps(dict({"verdict": answer.verdict, "recommendation": answer.recommendation, "note": answer.note},
+                      **(handoff or {}),
+                      splits=[dict({k: r.get(k) for k in SUMMARY_COLUMNS}, settings=r.get("settings") or {})
+                              for r in rows],
+                      time=time or []), indent=2)
 
 
 def steps_csv(results: Results) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=STEP_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for run in results.runs.values():
-        for s in run.steps:
-            fw, bw = s.get("forward_ms") or [], s.get("backward_ms") or []
-            w.writerow({
-                "run_id": run.run_id, "split": run.label, "rank": s.get("rank", 0), "step": s["step"],
-                "warmup": s["warmup"], "wall_ms": _cell(s["wall_ms"]), "host_ms": _cell(s.get("host_ms")),
-                "data_ms": _cell(s.get("data_ms")), "forward_ms": _cell(float(sum(fw))),
-                "backward_ms": _cell(float(sum(bw))), "optimizer_ms": _cell(s.get("optimizer_ms")),
-                "other_ms": _cell(s.get("other_ms")), "loss": _cell(s.get("loss")), "tokens": _cell(s.get("tokens")),
-                "samples": _cell(s.get("samples")), "peak_mem_gib": _cell(s.get("peak_mem_gib")),
-                "forward_ms_each": " ".join(f"{x:.3f}" for x in fw),
-                "backward_ms_each": " ".join(f"{x:.3f}" for x in bw),
-            })
-    return buf.getvalue()
+    def lines():
+        for run in results.runs.values():
+            for s in run.steps:
+                fw, bw = s.get("forward_ms") or [], s.get("backward_ms") or []
+                yield {"run_id": run.run_id, "split": run.label, "rank": s.get("rank", 0), "step": s["step"],
+                       "warmup": s["warmup"], "wall_ms": s["wall_ms"], "host_ms": s.get("host_ms"),
+                       "data_ms": s.get("data_ms"), "forward_ms": float(sum(fw)), "backward_ms": float(sum(bw)),
+                       "optimizer_ms": s.get("optimizer_ms"), "other_ms": s.get("other_ms"), "loss": s.get("loss"),
+                       "tokens": s.get("tokens"), "samples": s.get("samples"), "peak_mem_gib": s.get("peak_mem_gib"),
+                       "forward_ms_each": " ".join(f"{x:.3f}" for x in fw),
+                       "backward_ms_each": " ".join(f"{x:.3f}" for x in bw)}
 
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` (``-`` = stdout). Raises ``OSError`` with the reason."""
-    if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-
-
-def export(results: Results, fmt: str, path: str, project_steps: int | None = None) -> list[dict]:
-    rows = summarise(results, project_steps)
-    write_text(path, summary_csv(rows) if fmt == "csv" else summary_json(rows, time_spent(results)))
-    return rows
+    return csv_text(STEP_COLUMNS, lines())

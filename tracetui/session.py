@@ -54,17 +54,25 @@ class Parser(argparse.ArgumentParser):
         return f" (did you mean: {', '.join(f'{g} -> {m}' for g, m in near)}?)" if near else ""
 
 
-def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the events") -> None:
+def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the events", answer: bool = False) -> None:
+    """The output flags every mode takes (:mod:`tracetui.outputs` writes them). ``answer``: also
+    the flags that decide the answer, for the commands without a sweep's settings (show, watch)."""
     g = p.add_argument_group("output")
     g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
     g.add_argument("-o", "--output", default=None,
                    help=f"summary path (default: {default_out}, named after the sweep; - for stdout); "
                         "a file already there is refused unless --force")
-    g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv file")
+    g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv / --emit-config file")
     g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
     g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
     g.add_argument("--project-steps", type=int, default=None, metavar="N",
                    help="project the wall time of a full training run of N optimizer steps per split")
+    if answer:
+        from .config import SweepConfig
+
+        for name in ("allow_result_changes", "allow_busy"):
+            g.add_argument("--" + name.replace("_", "-"), action="store_true",
+                           help=SweepConfig.__dataclass_fields__[name].metadata["help"])
 
 
 def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
@@ -225,33 +233,6 @@ def release_outputs() -> None:
         del _held_locks[key]
 
 
-def default_output(events_path, fmt: str = "csv") -> str:
-    """Where a summary goes when no ``-o`` is given: beside the events it summarises, named after
-    their sweep (``tracetui_runs/20261130-052808-0bb8/20261130-052808-0bb8.csv``), so no sweep's
-    summary ever replaces another's."""
-    p = Path(events_path)
-    stem = p.name
-    for ext in (".gz", ".jsonl", ".json"):
-        if stem.endswith(ext):
-            stem = stem[: -len(ext)]
-    name = p.parent.name if stem == "events" and p.parent.name else stem
-    return str(p.parent / f"{name}.{fmt}")
-
-
-def output_format(ns) -> str:
-    out = getattr(ns, "output", None) or ""
-    return ns.export or ("json" if out.endswith(".json") else "csv")
-
-
-def default_out(ns) -> str:
-    """The summary's path: ``-o``, else the one beside the events (set once the sweep has its
-    folder: ``ns.default_output``)."""
-    if ns.output:
-        return ns.output
-    return getattr(ns, "default_output", None) or ("tracetui_results.json" if ns.export == "json"
-                                                   else "tracetui_results.csv")
-
-
 def check_new(path: str | None, flag: str, force: bool) -> None:
     """Refuse an explicit output that is already there (a summary of an earlier sweep, a file of
     the user's) unless ``--force``: results are never replaced silently."""
@@ -274,6 +255,48 @@ def check_writable(path: str, flag: str) -> None:
         raise ConfigError(flag, f"{path} is not writable", "choose a path you can write")
 
 
+def output_paths(ns, cfg=None) -> list[tuple[str, str]]:
+    """The explicit output paths of a command, with their flags (the defaults are the sweep's own)."""
+    source = cfg if cfg is not None else ns
+    return [(path, flag) for path, flag in ((getattr(ns, "output", None), "--output"),
+                                            (getattr(ns, "steps_csv", None), "--steps-csv"),
+                                            (getattr(source, "emit_config", None), "--emit-config")) if path]
+
+
+def check_outputs(ns, cfg=None, lock: bool = True) -> None:
+    """Every explicit output, before anything runs: a path that can be written, not a symbolic
+    link, not one already there (unless ``--force``), no two flags on one file, and (``lock``)
+    locked against a second command writing it at the same time."""
+    seen: dict[str, str] = {}
+    for path, flag in output_paths(ns, cfg):
+        if path == "-":
+            continue
+        key = os.path.abspath(path)
+        if key in seen:
+            raise ConfigError(flag, f"{path} is also given to {seen[key]}", "give each output its own path")
+        seen[key] = flag
+        if os.path.islink(path):
+            raise ConfigError(flag, f"{path} is a symbolic link, which tracetui never writes through",
+                              "give the path of a file")
+        check_writable(path, flag)
+    if lock:
+        # Before the checks that take seconds (a second sweep on the same outputs is refused at
+        # once), and held until the process ends; let go if anything below refuses the run.
+        if not _held_locks:
+            import atexit
+
+            atexit.register(release_outputs)
+        for path, flag in output_paths(ns, cfg):
+            lock_output(path, flag)
+    try:
+        if lock:  # after the lock, so that a command still writing it is named as such
+            for path, flag in output_paths(ns, cfg):
+                check_new(path, flag, bool(getattr(ns, "force", False)))
+    except ConfigError:
+        release_outputs()
+        raise
+
+
 def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
     """The validated config and its splits; ``deep`` also checks model, data and device (not
     for ``sweep``, where the script owns those)."""
@@ -289,28 +312,8 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         raise ConfigError("--runs-dir", f"{cfg.runs_dir} is not writable", "choose a writable folder")
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
-    if getattr(ns, "output", None):
-        check_writable(ns.output, "--output")
-    if getattr(ns, "steps_csv", None):
-        check_writable(ns.steps_csv, "--steps-csv")
-    if cfg.emit_config:
-        check_writable(cfg.emit_config, "--emit-config")
-    if not getattr(ns, "dry_run", False):
-        # Before the checks that take seconds (a second sweep on the same outputs is refused at
-        # once), and held until the process ends; let go if anything below refuses the run.
-        # Only an explicit path can be shared: the default is the sweep's own (see default_output).
-        if not _held_locks:
-            import atexit
-
-            atexit.register(release_outputs)
-        for path, flag in ((getattr(ns, "output", None), "--output"), (getattr(ns, "steps_csv", None), "--steps-csv")):
-            if path:
-                lock_output(path, flag)
+    check_outputs(ns, cfg, lock=not getattr(ns, "dry_run", False))
     try:
-        # after the lock, so that a sweep still writing it is named as such
-        if not getattr(ns, "dry_run", False):
-            check_new(getattr(ns, "output", None), "--output", getattr(ns, "force", False))
-            check_new(getattr(ns, "steps_csv", None), "--steps-csv", getattr(ns, "force", False))
         if deep:
             from .runner.lifetime import check_start_env, forking, trial_context
             from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
@@ -329,24 +332,6 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
         release_outputs()
         raise
     return cfg, splits
-
-
-def emit_recommendation(rows: list[dict], cfg: SweepConfig) -> str:
-    """``--emit-config``: write the recommended trial as a TRL config file; say what happened."""
-    if not cfg.emit_config:
-        return ""
-    from .analysis import Policy, recommended_rows
-    from .emit import write_trl_config
-
-    best = recommended_rows(rows, Policy.of(cfg))
-    if not best:
-        return f"no recommendation, so {cfg.emit_config} was not written"
-    try:
-        write_trl_config(cfg.emit_config, best[0], cfg)
-    except OSError as exc:
-        return f"error: cannot write {cfg.emit_config} ({exc.strerror or exc}); the summary is written"
-    more = f" (the first of {len(best)} effective batches)" if len(best) > 1 else ""
-    return f"TRL config for {best[0]['trial']}{more} in {cfg.emit_config}: trl sft --config {cfg.emit_config}"
 
 
 def progress_printer(total_runs: int, steps: int):
@@ -394,25 +379,6 @@ def progress_printer(total_runs: int, steps: int):
     return on_event
 
 
-def finish_outputs(results, ns, sweep_log: str | None) -> tuple[list[dict], str | None]:
-    """Write the summary (and steps CSV). Returns the rows and an error line, if writing failed:
-    the results stay in the JSONL either way."""
-    from .export import export, steps_csv, write_text
-
-    out = default_out(ns)
-    fmt = ns.export or ("json" if out.endswith(".json") else "csv")
-    try:
-        rows = export(results, fmt, out, getattr(ns, "project_steps", None))
-        if getattr(ns, "steps_csv", None):
-            write_text(ns.steps_csv, steps_csv(results))
-    except OSError as exc:
-        from .analysis import summarise
-
-        where = f"; every event is in {sweep_log}: export again with `tracetui show {sweep_log} -o OTHER.csv`" if sweep_log else ""
-        return summarise(results), f"cannot write {exc.filename or out} ({exc.strerror or exc}){where}"
-    return rows, None
-
-
 def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: bool = False,
                 incomplete: bool = False, write_error: bool = False, same_failure: str | None = None,
                 need_ok: bool = True) -> int:
@@ -433,21 +399,22 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
     return EXIT_OK
 
 
-def write_and_report(results, ns, log_path: str | None, log=None) -> int:
-    """Write the outputs, say the verdict and the advice on stderr; the exit status for it.
-    ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
-    from .analysis import recommendation, scope_note, verdict
+def report(done) -> None:
+    """Say how a command ends, in every mode (:meth:`tracetui.outputs.Written.closing_lines`):
+    what was written where, the verdict, the recommendation, and how to run it."""
+    for line in done.closing_lines():
+        say(f"tracetui: {line}")
 
-    rows, err = finish_outputs(results, ns, log_path)
-    if err:
-        say(f"tracetui: error: {err}")
-    for line in (verdict(rows), recommendation(rows), scope_note(rows)):
-        if line:
-            say(f"tracetui: {line}")
+
+def write_and_report(results, outputs, log_path: str | None, log=None) -> int:
+    """Write ``outputs`` (:class:`tracetui.outputs.Outputs`), say the answer on stderr; the exit
+    status for it. ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
+    done = outputs.write(results, log_path=log_path)
+    report(done)
     incomplete = log is not None and log.incomplete
     if incomplete:
         say(f"tracetui: error: {log.incomplete_message()}")
-    return exit_status(rows, incomplete=incomplete, write_error=bool(err), need_ok=False)
+    return exit_status(done.rows, incomplete=incomplete, write_error=bool(done.errors), need_ok=False)
 
 
 def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
@@ -464,7 +431,8 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
 
 def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignals) -> int:
-    from .analysis import Policy, Results, recommendation, scope_note, verdict
+    from .analysis import Results
+    from .outputs import Outputs
     from .runner.sweep import Sweep
 
     results = Results()
@@ -481,7 +449,6 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         printer(e)
 
     sweep.on_event = on_event
-    ns.default_output = default_output(sweep.log.path, output_format(ns))
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
     line = sweep.sharing_line()
@@ -496,20 +463,10 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         sweep.run()
     finally:
         sweep.close()
-    rows, err = finish_outputs(results, ns, str(sweep.log.path))
-    if err:
-        say(f"tracetui: error: {err}")
-    elif default_out(ns) != "-":
-        say(f"tracetui: summary in {default_out(ns)}")
-    line = verdict(rows, Policy.of(cfg))
-    if line:
-        say(f"tracetui: {line}")
-    for extra in (recommendation(rows, Policy.of(cfg)), scope_note(rows)):
-        if extra:
-            say(f"tracetui: {extra}")
-    emitted = emit_recommendation(rows, cfg)
-    if emitted:
-        say(f"tracetui: {emitted}")
+    outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
+    done = outputs.write(results, log_path=str(sweep.log.path))
+    rows, err = done.rows, bool(done.errors)
+    report(done)
     line = sweep_time_line(results, getattr(sweep, "sweep_id", None))
     if line:
         say(f"tracetui: {line}")

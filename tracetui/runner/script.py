@@ -102,6 +102,11 @@ class ScriptSweep(SweepBase):
     def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
         check_command(cmd, cfg.varied())
 
+    @property
+    def user_command(self) -> list[str] | None:
+        """The user's own training command (what the recommendation's command line is built on)."""
+        return self.cmd
+
     def command_for(self, spec: RunSpec) -> list[str]:
         return script_command(self.cmd, spec.trial)
 
@@ -160,6 +165,10 @@ class DdpSweep(ScriptSweep):
 
     def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
         """Nothing to check: each rank is tracetui's own trainer, which applies every setting."""
+
+    @property
+    def user_command(self) -> None:
+        return None  # tracetui's own trainer: a built-in sweep's config, no command of the user's
 
     def memory_capped(self) -> float | None:
         return self.cfg.memory_limit  # each rank caps its own memory (tracetui.runner.ddp)

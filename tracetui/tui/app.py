@@ -25,7 +25,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from ..analysis import Results, summarise
+from ..analysis import Results
+from ..outputs import Outputs, output_format
 from ..probe.settings import describe
 from ..trial import Trial, format_value as fmt_value
 from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
@@ -133,16 +134,20 @@ class TraceApp(App):
 
     def __init__(self, source: Source, out_path: str = "tracetui_results.csv", screenshot_dir: str = ".",
                  planned: list[tuple[str, Trial]] | None = None, subtitle: str = "", note: str = "",
-                 project_steps: int | None = None, force: bool = False, idle: str = ""):
+                 project_steps: int | None = None, force: bool = False, idle: str = "",
+                 outputs: Outputs | None = None):
+        """``outputs``: what to write, and where (:class:`~tracetui.outputs.Outputs`); without it,
+        a summary at ``out_path`` (in the format its extension says), replaced only if this
+        monitor wrote it or ``force``, with ``project_steps``."""
         super().__init__()
         self.source = source
         self.inbox = Inbox(notify=lambda: self.post_message(EventsArrived()))
         self.results = Results()
         self.rows: list[dict] = []
-        self.out_path = out_path
-        #: an existing file at ``out_path`` that this monitor did not write is replaced only when forced
-        self.force = force
-        self._wrote: set[str] = set()
+        self.outputs = outputs or Outputs(out_path, output_format(type("ns", (), {"output": out_path})),
+                                          force=force, project_steps=project_steps)
+        #: what the last write said (:class:`~tracetui.outputs.Written`): the command's closing lines
+        self.written = None
         self.screenshot_dir = screenshot_dir
         self.planned = planned or []
         self.sub_title = subtitle
@@ -150,7 +155,6 @@ class TraceApp(App):
         self.note = note
         #: what the screen says while nothing has arrived (watch: how to connect)
         self.idle = idle or "waiting for the first measured steps ..."
-        self.project_steps = project_steps
         self.events_applied = 0
         self.exit_code = 0
         self.quit_reason = ""
@@ -361,7 +365,7 @@ class TraceApp(App):
         now = time.monotonic()
         fresh = now >= self._next_summary
         if fresh:
-            self.rows = summarise(self.results, self.project_steps)
+            self.rows = self.outputs.rows(self.results)
             cost = time.monotonic() - now
             self._next_summary = now + max(SUMMARY_MIN_S, 4.0 * cost)
         else:
@@ -385,7 +389,7 @@ class TraceApp(App):
             self.query_one(Timeline).show(self._lanes(run))
             if fresh:
                 self.query_one(Verdict).update_from(self.rows, self.idle, self.results, self.source.live,
-                                                    ended=not self.source.running())
+                                                    ended=not self.source.running(), policy=self.outputs.policy)
                 shown = self.shown_rows()
                 self.query_one(PhaseChart).update_from(shown)
                 self.query_one(ThroughputChart).update_from(shown)
@@ -400,29 +404,23 @@ class TraceApp(App):
             self.redraw()  # the user's move is answered at once, not on the next tick
 
     # ---- actions --------------------------------------------------------------------------------
-    def write_csv(self) -> str | None:
-        """Write the summary CSV; return an error line, or None. A file already there that this
-        monitor did not write is left alone unless it was started with ``--force``."""
-        import os
+    @property
+    def out_path(self) -> str:
+        return self.outputs.summary
 
-        from ..export import summary_csv, write_text
-
-        path = self.out_path
-        if (path != "-" and path not in self._wrote and not self.force and os.path.isfile(path)
-                and os.path.getsize(path) > 0):
-            # the outcome first: on the status line at 80 columns a long path leaves room for little
-            return (f"not replaced: {path} already exists and was not written by this sweep "
-                    f"(start with -o OTHER.csv, or --force); events stay in {self.source.describe()}")
-        try:
-            write_text(path, summary_csv(summarise(self.results, self.project_steps)))
-        except OSError as exc:
-            return f"cannot write {path} ({exc.strerror or exc}); events stay in {self.source.describe()}"
-        self._wrote.add(path)
+    def write_outputs(self, final: bool = False) -> str | None:
+        """Write the outputs (:class:`~tracetui.outputs.Outputs`: the summary, the steps CSV and,
+        when ``final``, the recommendation's config); an error line, or None. A file already there
+        that this monitor did not write is left alone unless it was started with ``--force``."""
+        self.written = self.outputs.write(self.results, log_path=None, final=final)
+        self.rows = self.written.rows
+        if self.written.errors:
+            return "; ".join(self.written.errors) + f"; events stay in {self.source.describe()}"
         return None
 
     def action_export(self) -> None:
         self.apply_events()
-        err = self.write_csv()
+        err = self.write_outputs()
         if err:
             self.say(err, "error")
         else:
@@ -591,9 +589,9 @@ class TraceApp(App):
 
     def _write_and_exit(self) -> None:
         self.apply_events()
-        self.rows = summarise(self.results, self.project_steps)
-        if self.source.live:
-            err = self.write_csv()
+        self.rows = self.outputs.rows(self.results)
+        if self.source.live or self.outputs.explicit:
+            err = self.write_outputs(final=True)
             if err:
                 self.quit_reason = (self.quit_reason + "; " if self.quit_reason else "") + err
                 self.write_failed = True
@@ -752,12 +750,9 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
             sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
         if signals.signum:
             sweep.stop()
-        from ..session import output_format, default_output
-
-        out = ns.output or default_output(sweep.log.path, output_format(ns))
+        outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
         planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
-        app = TraceApp(SweepSource(sweep), out_path=out, planned=planned, subtitle=sweep_subtitle(sweep),
-                       project_steps=ns.project_steps, force=getattr(ns, "force", False))
+        app = TraceApp(SweepSource(sweep), planned=planned, subtitle=sweep_subtitle(sweep), outputs=outputs)
         app.signalled = signals.signum
         app.stop_requested = stop
         started = time.monotonic()
@@ -801,8 +796,7 @@ def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
         stacks = _dump_stacks(Path(str(app.out_path) + ".stuck.txt"))
         try:
             app.apply_events()
-            app.rows = summarise(app.results, app.project_steps)
-            err = app.write_csv()
+            err = app.write_outputs(final=True)
             sys.__stderr__.write(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
                                  f"{err or f'summary in {app.out_path}'}{stacks}\n")
         except Exception as exc:  # noqa: BLE001 - exiting is what matters now; the events are on disk
@@ -838,19 +832,20 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
     same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
     import signal as _signal
 
-    from ..session import exit_status, kept_note, no_split_finished, say
+    from ..session import exit_status, kept_note, no_split_finished, report, say
 
     if signum and not app.quit_reason:  # came as the app was closing
         app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
         app.exit_code = 128 + signum
-    wrote = "" if app.write_failed else f"; summary in {app.out_path}"
     took = f" ({time.monotonic() - started:.0f} s)" if started is not None else ""
     if app.quit_reason:
         done = [r.get("trial") or r["split"] for r in app.rows if r["status"] == "ok"]
         say(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
-            f"every measured step is in {log.path}{wrote}")
+            f"every measured step is in {log.path}")
     else:
-        say(f"tracetui: events in {log.path}{wrote}{took}")
+        say(f"tracetui: events in {log.path}{took}")
+    if app.written is not None:
+        report(app.written)
     kept_note()
     if log.incomplete:
         say(f"tracetui: error: {log.incomplete_message()}")
@@ -863,25 +858,30 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
                        incomplete=log.incomplete, write_error=app.write_failed, same_failure=same_failure)
 
 
-def run_replay(events: list[dict], ns, skipped: str = "") -> int:
-    """Open the monitor on saved events (``tracetui show``)."""
+def run_replay(events: list[dict], ns, outputs: Outputs, skipped: str = "") -> int:
+    """Open the monitor on saved events (``tracetui show``); as it closes, write what was asked
+    for (``-o``, ``--steps-csv``) and say the answer."""
     why = no_terminal()
     if why:
         return _refuse(why)
-    from ..session import output_format, default_output
+    from ..session import exit_status, report, say
 
-    app = TraceApp(ReplaySource(events), out_path=ns.output or default_output(ns.files[0], output_format(ns)),
-                   subtitle="replay of " + ", ".join(Path(f).name for f in ns.files[:3]), note=skipped,
-                   project_steps=getattr(ns, "project_steps", None), force=getattr(ns, "force", False))
+    app = TraceApp(ReplaySource(events), subtitle="replay of " + ", ".join(Path(f).name for f in ns.files[:3]),
+                   note=skipped, outputs=outputs)
     signals = _quit_on_signals(app)
     try:
         _run_on_terminal(app)
     finally:
         signals.release()
-    return 128 + signals.signum if signals.signum else 0
+    if app.written is not None:
+        report(app.written)
+    else:  # nothing was asked to be written: the answer all the same
+        for line in outputs.answer(app.rows).lines():
+            say(f"tracetui: {line}")
+    return exit_status(app.rows, signum=signals.signum, write_error=app.write_failed, need_ok=False)
 
 
-def run_watch(path: str, log, ns) -> int:
+def run_watch(path: str, log, outputs: Outputs) -> int:
     """Open the monitor on scripts attaching to ``path``; on quit (or SIGTERM, SIGHUP, SIGINT),
     write the CSV."""
     from ..session import say
@@ -896,18 +896,17 @@ def run_watch(path: str, log, ns) -> int:
     if why:
         log.discard_if_empty()
         return _refuse(why)
-    from ..session import output_format, default_output, exit_status
+    from ..session import exit_status, report
 
     source = WatchSource(path, log)
-    app = TraceApp(source, out_path=ns.output or default_output(log.path, output_format(ns)), subtitle=f"watching {path}",
-                   project_steps=getattr(ns, "project_steps", None), force=getattr(ns, "force", False),
-                   idle=watch_idle(path))
+    app = TraceApp(source, subtitle=f"watching {path}", outputs=outputs, idle=watch_idle(path))
     signals = _quit_on_signals(app)
     try:
         _run_on_terminal(app)
         log.close()
-        err = app.write_csv()
-        say(f"tracetui: error: {err}" if err else f"tracetui: events in {log.path}; summary in {app.out_path}")
+        err = app.write_outputs(final=True)
+        say(f"tracetui: events in {log.path}")
+        report(app.written)
         if log.incomplete:
             say(f"tracetui: error: {log.incomplete_message()}")
         # as `watch --export`: a watch has no split to finish, so no run is no failure

@@ -17,7 +17,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ..analysis import (PROBE_WHY, Results, RunData, median, recommendation, repeat_mark, scope_note, step_span,
+from ..analysis import (PROBE_WHY, Policy, Results, RunData, median, recommendation, repeat_mark, scope_note, step_span,
                         verdict)
 from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
 from ..knobs import SHORT
@@ -285,11 +285,12 @@ class Verdict(Clipped):
     """The answer, always on screen: the verdict, the recommendation, or why there is none."""
 
     def update_from(self, rows: list[dict], fallback: str, results: Results | None = None,
-                    live: bool = True, ended: bool = True) -> None:
+                    live: bool = True, ended: bool = True, policy: Policy = Policy()) -> None:
         """``ended``: the sweep has no more runs to make; until then what the intervals cover is
-        not said (a split's second run may be queued still)."""
-        line = verdict(rows)
-        rec = recommendation(rows)
+        not said (a split's second run may be queued still). ``policy``: what the user allowed
+        (the same as every other output's)."""
+        line = verdict(rows, policy)
+        rec = recommendation(rows, policy)
         note = scope_note(rows) if ended else ""
         text = Text()
         failed = failures(results) if results is not None else []

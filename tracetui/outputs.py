@@ -1,0 +1,254 @@
+"""Every output of every mode, from one writer: the summary (CSV or JSON), the steps CSV, the
+TRL config of the recommendation (``--emit-config``), and the lines that close the command.
+
+The monitor, headless runs, ``show``, ``watch``, ``sweep`` and ``run`` all ask for their outputs
+with the same flags (:func:`tracetui.session.add_output_args`) and hand them here, so that each
+flag means the same in every mode and the answer reads the same wherever it is shown: the
+verdict and the recommendation are computed once per write (:class:`Answer`), under one
+:class:`~tracetui.analysis.Policy` (``--allow-result-changes``, ``--allow-busy``), and the CSV,
+the JSON, the closing lines on stderr and the monitor's screen all take them from there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
+from .export import steps_csv, summary_csv, summary_json
+
+
+def output_format(ns) -> str:
+    """The summary's format: ``--export``'s, else the ``-o`` file's extension (JSON into
+    ``.json``), else CSV."""
+    out = getattr(ns, "output", None) or ""
+    return getattr(ns, "export", None) or ("json" if out.lower().endswith(".json") else "csv")
+
+
+def default_output(events_path, fmt: str = "csv") -> str:
+    """Where a summary goes when no ``-o`` is given: beside the events it summarises, named after
+    their sweep (``tracetui_runs/20261130-052808-0bb8/20261130-052808-0bb8.csv``), so no sweep's
+    summary ever replaces another's."""
+    p = Path(events_path)
+    stem = p.name
+    for ext in (".gz", ".jsonl", ".json"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+    name = p.parent.name if stem == "events" and p.parent.name else stem
+    return str(p.parent / f"{name}.{fmt}")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer of one set of rows, as every output gives it."""
+
+    verdict: str
+    recommendation: str
+    note: str
+    #: the recommended rows (one per machine and effective batch)
+    best: tuple[dict, ...]
+    policy: Policy
+
+    @classmethod
+    def of(cls, rows: list[dict], policy: Policy) -> "Answer":
+        return cls(verdict(rows, policy), recommendation(rows, policy), scope_note(rows),
+                   tuple(recommended_rows(rows, policy)), policy)
+
+    def lines(self) -> list[str]:
+        return [line for line in (self.verdict, self.recommendation, self.note) if line]
+
+
+@dataclass
+class Written:
+    """What one write did: the rows and their answer, and the closing lines."""
+
+    rows: list[dict]
+    answer: Answer
+    #: what was written where, in words ("summary in X")
+    wrote: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    #: the recommendation handed on: the emitted config and the winning command, with their notes
+    handoff: list[str] = field(default_factory=list)
+
+    def closing_lines(self) -> list[str]:
+        """What the command says as it ends, in every mode (without the ``tracetui:`` prefix)."""
+        return ([f"error: {e}" for e in self.errors] + self.wrote + self.answer.lines() + self.handoff)
+
+
+class Outputs:
+    """The outputs one command asked for, and the one place that writes them.
+
+    ``summary``: a path, or ``-`` for stdout. An existing regular file is replaced only if this
+    writer wrote it before or ``force`` is set; a symbolic link is never written through; a file
+    is replaced whole (written beside it, then renamed), so a reader never sees half of one; a
+    device or a pipe (``/dev/stdout``) is written into."""
+
+    def __init__(self, summary: str, fmt: str = "csv", *, steps: str | None = None, emit_config: str | None = None,
+                 force: bool = False, project_steps: int | None = None, policy: Policy = Policy(),
+                 cfg=None, cmd: list[str] | None = None):
+        self.summary = summary
+        self.fmt = fmt
+        self.steps = steps
+        self.emit_config = emit_config or None
+        self.force = force
+        self.project_steps = project_steps
+        self.policy = policy
+        #: the sweep's settings (for the emitted config of a built-in sweep)
+        self.cfg = cfg
+        #: the swept script's command (for its emitted config and the winning command line)
+        self.cmd = list(cmd) if cmd else None
+        #: whether the user named an output (a replay writes at its end only then)
+        self.explicit = False
+        self._own: set[str] = set()
+
+    @classmethod
+    def from_args(cls, ns, events_path, cfg=None, cmd: list[str] | None = None) -> "Outputs":
+        """The outputs the flags in ``ns`` ask for; the summary beside ``events_path`` unless ``-o``."""
+        fmt = output_format(ns)
+        source = cfg if cfg is not None else ns
+        out = cls(getattr(ns, "output", None) or default_output(events_path, fmt), fmt,
+                  steps=getattr(ns, "steps_csv", None), emit_config=getattr(source, "emit_config", None),
+                  force=bool(getattr(ns, "force", False)), project_steps=getattr(ns, "project_steps", None),
+                  policy=Policy.of(source), cfg=cfg, cmd=cmd)
+        out.explicit = bool(getattr(ns, "output", None) or out.steps or out.emit_config)
+        return out
+
+    # ---- the answer ----------------------------------------------------------------------------
+    def rows(self, results: Results) -> list[dict]:
+        """The summary rows, each marked ``recommended`` as the answer recommends it."""
+        rows = summarise(results, self.project_steps)
+        best = {id(r) for r in recommended_rows(rows, self.policy)}
+        for r in rows:
+            r["recommended"] = id(r) in best
+        return rows
+
+    def answer(self, rows: list[dict]) -> Answer:
+        return Answer.of(rows, self.policy)
+
+    # ---- writing -------------------------------------------------------------------------------
+    def refusal(self, path: str) -> str | None:
+        """Why ``path`` may not be written by this writer now, or None."""
+        if path == "-":
+            return None
+        if os.path.islink(path):
+            return f"not written: {path} is a symbolic link (give the path of a file)"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"cannot write {path} ({exc.strerror})"
+        if stat.S_ISDIR(st.st_mode):
+            return f"not written: {path} is a folder"
+        if (stat.S_ISREG(st.st_mode) and st.st_size > 0 and not self.force
+                and os.path.abspath(path) not in self._own):
+            return f"not replaced: {path} already exists and was not written by this command (give another path, or --force)"
+        return None
+
+    def put(self, path: str, text: str) -> None:
+        """Write ``text`` to ``path`` (see the class). Raises ``OSError`` with the reason."""
+        if path == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        why = self.refusal(path)
+        if why:
+            raise OSError(why)
+        try:
+            regular = stat.S_ISREG(os.stat(path).st_mode)
+        except FileNotFoundError:
+            regular = True
+        if not regular:  # a device or a pipe: written into, never replaced
+            with open(path, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            return
+        tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if exc.filename == tmp:  # the user gave path, not tmp
+                exc.filename = path
+            raise
+        self._own.add(os.path.abspath(path))
+
+    def write(self, results: Results, *, log_path: str | None = None, final: bool = True) -> Written:
+        """Write every output asked for (the config only when ``final``: the sweep has ended)."""
+        rows = self.rows(results)
+        answer = self.answer(rows)
+        done = Written(rows, answer)
+        where = (f"; every event is in {log_path}: export again with `tracetui show {log_path} -o OTHER.csv`"
+                 if log_path else "")
+        text = (summary_csv(rows) if self.fmt == "csv"
+                else summary_json(rows, answer, time_spent(results), self.handoff_data(answer)))
+        for what, path, body in (("summary", self.summary, lambda: text),
+                                 ("steps", self.steps, lambda: steps_csv(results))):
+            if not path:
+                continue
+            try:
+                self.put(path, body())
+            except OSError as exc:
+                done.errors.append(_why(exc, path) + where)
+                continue
+            if path != "-":
+                done.wrote.append(f"{what} in {path}")
+        if final:
+            done.handoff += self._handoff(answer)
+        return done
+
+    def handoff_data(self, answer: Answer) -> dict:
+        """What the JSON says of the recommendation handed on: the winning command, the config file."""
+        out: dict = {"policy": {"allow_result_changes": self.policy.allow_result_changes,
+                                "allow_busy": self.policy.allow_busy}}
+        if answer.best and self.cmd:
+            out["command"] = winning_command_line(self.cmd, answer.best[0])
+        if self.emit_config:
+            out["emitted_config"] = self.emit_config if answer.best else None
+        return out
+
+    def _handoff(self, answer: Answer) -> list[str]:
+        lines = []
+        if answer.best and self.cmd:
+            more = f" (the first of {len(answer.best)} effective batches)" if len(answer.best) > 1 else ""
+            lines.append(f"the recommendation's command{more}: {winning_command_line(self.cmd, answer.best[0])}")
+        if not self.emit_config:
+            return lines
+        if not answer.best:
+            return lines + [f"no recommendation, so {self.emit_config} was not written"]
+        from .emit import write_trl_config
+
+        best = answer.best[0]
+        try:
+            why = self.refusal(self.emit_config)
+            if why:
+                raise OSError(why)
+            notes = write_trl_config(self.emit_config, best, self.cfg, self.cmd) or []
+        except OSError as exc:
+            return lines + [f"error: {_why(exc, self.emit_config)}; the summary is written"]
+        self._own.add(os.path.abspath(self.emit_config))
+        more = f" (the first of {len(answer.best)} effective batches)" if len(answer.best) > 1 else ""
+        lines.append(f"TRL config for {best['trial']}{more} in {self.emit_config}: trl sft --config {self.emit_config}")
+        return lines + [f"  {n}" for n in notes]
+
+
+def winning_command_line(cmd: list[str], row: dict) -> str:
+    """The swept command with the recommended trial's flags, as one shell line."""
+    import shlex
+
+    from .emit import winning_command
+
+    return shlex.join(winning_command(cmd, row))
+
+
+def _why(exc: OSError, path: str) -> str:
+    if exc.strerror is None and exc.args and isinstance(exc.args[0], str):
+        return exc.args[0]  # one of ours: already in words
+    return f"cannot write {exc.filename or path} ({exc.strerror or exc})"

@@ -170,6 +170,8 @@ def sweep_main(argv: list[str]) -> int:
     from .runner.script import ScriptSweep, check_command, check_script_exists
 
     if "--" not in argv:
+        if any(a in ("-h", "--help") for a in argv):
+            _sweep_parser().parse_args(["--help"])  # prints the help and exits 0
         raise UsageError("sweep: give the training command after --, e.g. tracetui sweep -- python train.py")
     i = argv.index("--")
     own, cmd = argv[:i], argv[i + 1:]

@@ -376,8 +376,41 @@ def load_toml(path: str) -> dict[str, Any]:
     return dict(data)
 
 
+def check_sources(cfg: SweepConfig) -> None:
+    """The model and the data set as named, at once (before any import or hub check that takes
+    seconds): a local path that is not there, a hub id that cannot be one, a misspelt preset."""
+    import difflib
+
+    kind = model_kind(cfg.model)
+    if kind == "hub" and cfg.model.startswith((".", "/", "~")):
+        if cfg.model.startswith("~") and os.path.isdir(os.path.expanduser(cfg.model)):
+            raise ConfigError("--model", f"{cfg.model}: a ~ in a quoted path is not expanded",
+                              f"give it as {os.path.expanduser(cfg.model)}")
+        raise ConfigError("--model", f"folder {cfg.model} does not exist",
+                          f"give a model folder, a hub id (org/name) or a preset ({', '.join(PRESETS)})")
+    if kind == "hub" and ("/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model):
+        near = difflib.get_close_matches(cfg.model.lower(), list(PRESETS), n=1, cutoff=0.7)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id{hint}",
+                          f"use one of {', '.join(PRESETS)}, a directory, or an id like org/name")
+    near = difflib.get_close_matches(cfg.dataset, list(SYNTHETIC), n=1, cutoff=0.7)
+    if dataset_kind(cfg.dataset) == "hub" and near and "/" not in cfg.dataset:
+        raise ConfigError("--dataset", f"{cfg.dataset!r} is not a data set (did you mean {near[0]}?)",
+                          "give a file, a hub id like org/name, or synthetic")
+    if dataset_kind(cfg.dataset) == "file":
+        p = Path(cfg.dataset)
+        if not p.is_file():
+            raise ConfigError("--dataset", f"{cfg.dataset} " + ("is not a file" if p.exists() else "does not exist")
+                              + (f" (did you mean {near[0]}?)" if near else ""),
+                              "give an existing .json/.jsonl/.parquet/.txt/.csv file, a hub id, or synthetic")
+        if p.suffix.lower() not in DATA_SUFFIXES:
+            raise ConfigError("--dataset", f"{p.suffix or 'no suffix'} is not a supported data file",
+                              "use .json, .jsonl, .parquet, .txt or .csv")
+
+
 def validate(cfg: SweepConfig) -> list[Trial]:
     """Check everything that needs no heavy import. Return the splits to run."""
+    check_sources(cfg)
     for name in ("seq_len", "steps", "repeats", "lora_r", "lora_alpha"):
         if getattr(cfg, name) < 1:
             raise ConfigError("--" + name.replace("_", "-"), f"must be at least 1, got {getattr(cfg, name)}",
@@ -572,6 +605,15 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     given = {k: v for k, v in vars(ns).items() if k in SWEEP_KEYS}
     cfg = from_mapping(given, cfg)
     fixed.update({k: "on the command line" for k in given})
+    if "effective_batch" not in fixed and "splits" in fixed and cfg.splits != "auto":
+        # splits given without an effective batch name theirs: 1x8,8x1 compares at 8, not at
+        # the default 4 (a split that does not parse is refused by validate, as before)
+        try:
+            products = [t.effective_batch for t in cfg.split_list()]
+        except ConfigError:
+            products = []
+        if products:
+            cfg = replace(cfg, effective_batch=list(dict.fromkeys(products)))
     for name in parse_vary(cfg.vary):
         if name in fixed:
             raise ConfigError("--vary", f"{name} is varied, and also fixed to {fmt(getattr(cfg, name))} {fixed[name]}",

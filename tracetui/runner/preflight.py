@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
-from ..presets import PRESETS
+from ..config import ConfigError, SweepConfig, dataset_kind, model_kind
 
 
 def validate_deep(cfg: SweepConfig) -> None:
@@ -22,16 +20,6 @@ def validate_deep(cfg: SweepConfig) -> None:
     if why:
         raise ConfigError("transformers", why)
     kind = model_kind(cfg.model)
-    if kind == "hub" and cfg.model.startswith((".", "/", "~")):
-        if cfg.model.startswith("~") and os.path.isdir(os.path.expanduser(cfg.model)):
-            raise ConfigError("--model", f"{cfg.model}: a ~ in a quoted path is not expanded",
-                              f"give it as {os.path.expanduser(cfg.model)}")
-        raise ConfigError("--model", f"folder {cfg.model} does not exist",
-                          f"give a model folder, a hub id (org/name) or a preset ({', '.join(PRESETS)})")
-    if kind == "hub":
-        if "/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model:
-            raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id",
-                              f"use one of {', '.join(PRESETS)}, a directory, or an id like org/name")
     model_config = None
     if kind in ("local", "hub"):
         try:
@@ -48,14 +36,6 @@ def validate_deep(cfg: SweepConfig) -> None:
         model_config = build_config(cfg.model)
     check_lora_targets(cfg, model_config)
     dkind = dataset_kind(cfg.dataset)
-    if dkind == "file":
-        p = Path(cfg.dataset)
-        if not p.is_file():
-            raise ConfigError("--dataset", f"{cfg.dataset} does not exist",
-                              "give an existing .json/.jsonl/.parquet/.txt/.csv file, a hub id, or synthetic")
-        if p.suffix.lower() not in DATA_SUFFIXES:
-            raise ConfigError("--dataset", f"{p.suffix or 'no suffix'} is not a supported data file",
-                              "use .json, .jsonl, .parquet, .txt or .csv")
     if dkind != "synthetic":
         from .sources import load_text_dataset
 

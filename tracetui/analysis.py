@@ -649,8 +649,6 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
                            "steps_s": round(sum(w for *_, w, _, _ in spans), 2),
                            "warmup_steps_s": round(sum(w for *_, w, warm, _ in spans if warm), 2),
                            "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
-    if "kept" in marks:
-        got["server_ready_before_s"] = round(start - marks["kept"], 2) if start else None
     if not spans:
         return got
     got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None
@@ -693,8 +691,6 @@ def time_line(spent: dict) -> str:
         of = [f"{words} {spent[key]:.1f}" for key, words in (
             ("libraries_s", "library imports"), ("checks_s", "checks"), ("first_run_start_s", "first run's start"))
             if spent.get(key) is not None and spent[key] >= 0.05]
-        if spent.get("server_ready_before_s") is not None:
-            of.insert(0, "library imports 0 (a fork server kept from an earlier command)")
         parts.append(f"before the first step {before:.1f} s" + (f" ({', '.join(of)})" if of else ""))
     for key, words in (("between_runs_s", "between runs"), ("within_runs_s", "between a run's steps"),
                        ("after_last_step_s", "after the last step")):

@@ -95,11 +95,6 @@ def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
 
         root = measuring_root()
         others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, root)]
-        if others:  # a fork server kept between commands forked the sweep's other runs too
-            from .quiet import kept_siblings
-
-            siblings = kept_siblings(root)
-            others = [p for p in others if p.pid not in siblings]
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
         return len(others), mem
     # this process is one of them, and so are the sweep's other resident runs (--interleave)

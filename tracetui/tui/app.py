@@ -838,7 +838,7 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
     same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
     import signal as _signal
 
-    from ..session import exit_status, kept_note, no_split_finished, say
+    from ..session import exit_status, no_split_finished, say
 
     if signum and not app.quit_reason:  # came as the app was closing
         app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
@@ -851,7 +851,6 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
             f"every measured step is in {log.path}{wrote}")
     else:
         say(f"tracetui: events in {log.path}{wrote}{took}")
-    kept_note()
     if log.incomplete:
         say(f"tracetui: error: {log.incomplete_message()}")
     interrupted = app.exit_code > 128

@@ -327,7 +327,7 @@ class RunData:
 
     def measured(self) -> list[dict]:
         if self.status in AGAIN_KINDS:
-            return []  # an attempt run again (out of memory beside other runs, or lost): no steps of the split
+            return []  # an attempt run again (out of memory beside a head start, or lost): no steps of the split
         return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
     def add(self, event: dict) -> None:
@@ -460,8 +460,8 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         groups.setdefault((run.machine, *run.trial.key()), []).append(run)
     crowded: dict[tuple, list[str]] = {}
     for key, runs in list(groups.items()):
-        # an attempt run again alone (out of memory beside other resident runs, or lost with its
-        # fork server before its first step) is no run of the split (its steps neither), only its
+        # an attempt run again alone (out of memory beside a head start, or lost with its fork
+        # server before its first step) is no run of the split (its steps neither), only its
         # message stays; on its own it stays, unranked
         kept = [r for r in runs if r.status not in AGAIN_KINDS]
         if kept and len(kept) < len(runs):
@@ -488,9 +488,6 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
         )
-        resident = [int((r.started.get("interleaved") or {}).get("resident") or 0) for r in runs]
-        if any(resident):
-            row["interleaved"] = max(resident)
         if failed and status == "ok":
             row["message"] = "; ".join(x for x in (f"{failed[0]} in {len(failed)} of {len(runs)} runs",
                                                     row["message"]) if x)
@@ -1067,12 +1064,8 @@ def held_back(group: list[dict]) -> str | None:
 
 
 def scope_note(rows: list[dict]) -> str:
-    """What the intervals cover: with one run per split, only step-to-step noise; with
-    interleaved runs, how runs differ at one moment, not how the machine drifts."""
+    """What the intervals cover: with one run per split, only step-to-step noise."""
     timed = [r for r in rows if r.get("step_ms_median")]
-    if timed and all(r.get("interleaved") and r.get("ci_scope") == "runs" for r in timed):
-        return ("runs interleaved: intervals cover how runs differ at one moment, not how the machine drifts "
-                "between minutes (without --interleave the runs' spread takes that in)")
     if timed and all(r.get("ci_scope") == "steps" for r in timed):
         if any((r.get("runs") or 1) > 1 for r in timed):
             return ("intervals cover step noise only: the runs were too short to measure how fresh processes "

@@ -361,7 +361,7 @@ def progress_printer(total_runs: int, steps: int):
         if t == RUN_STARTED:
             if e.get("rank", 0) != 0:
                 return
-            if e["run_id"].endswith("-alone"):  # a run again, alone (crowded or lost): no run of the plan
+            if e["run_id"].endswith("-alone"):  # a head start's run again, alone (crowded or lost): no run of the plan
                 say(f"[again] {label}: started alone")
                 state["steps"][e["run_id"]] = (e.get("config") or {}).get("steps") or steps or 0
                 return

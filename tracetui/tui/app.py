@@ -710,9 +710,7 @@ def sweep_subtitle(sweep) -> str:
     # a script's own settings come with its runs (run_started, run_settings), not tracetui's
     subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
                 else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-    if sweep.resident:
-        subtitle += f" · {sweep.resident} runs interleaved"
-    elif sweep.relay:
+    if sweep.relay:
         subtitle += " · head starts"
     return subtitle
 

@@ -20,9 +20,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # with the threads sleeping while they wait instead. The same threads, the same work; set here so
 # that every process a test starts inherits it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# No fork server kept between commands (tracetui.runner.kept): every test's own directory and
-# environment would keep one more server for ten minutes. tests/test_kept_server.py keeps them.
-os.environ.setdefault("TRACETUI_KEEP_SERVER", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -132,7 +132,7 @@ def test_a_probe_takes_its_references_with_its_first_turn():
 
     mine, theirs = mp.get_context("fork").Pipe(duplex=True)
     probe = Probe(lambda e: None, "r", warmup=2, stop_after=StopRule(5.0, 6, []))
-    probe.gate = Gate(theirs, 1, warmup=2)
+    probe.gate = Gate(theirs, 2)
     probe.cuda = False
     mine.send(("go", [[100.0, 120.0]]))
     probe._take_turn()
@@ -170,7 +170,7 @@ def test_the_coordinators_relay_rules():
         sent.append(rid)
         return [(1.0, 2.0)] if rid == "b" else []
 
-    turns = Turns(mp.get_context("fork"), relay=True, room=lambda rid, gib: said.append((rid, gib)) or room["ok"],
+    turns = Turns(mp.get_context("fork"), room=lambda rid, gib: said.append((rid, gib)) or room["ok"],
                   room_to_step=lambda rid: room["step"], on_go=on_go)
 
     def go(conn, timeout=2.0):
@@ -212,6 +212,7 @@ def test_the_coordinators_relay_rules():
         b.send(("yield",))  # b's warm-up is over: its measured steps wait for a's reap
         assert go(b, 0.3) is None
         turns.unseat("a")
+        assert go(b, 0.3) is None  # a's lane is between runs: its next run's start comes first
         turns.idle()  # its lane waits for its next run's start
         assert go(b) == ("go", [(1.0, 2.0)]) and sent == ["a", "a", "b", "b"]  # asked again: a has gone
         assert not turns.beside("b", time.time())  # a has gone
@@ -238,6 +239,41 @@ def test_a_run_out_of_memory_under_its_own_cap_is_out_of_memory_even_beside_a_he
     rows = {r["trial"]: r["status"] for r in json.loads(out.read_text())["splits"]}
     assert rows == {"16x1": "oom", "1x16": "ok"}
 
+
+def test_an_attempt_crowded_out_by_a_head_start_is_no_run_of_its_split():
+    """Out of memory on a GPU beside the next run, built early: the attempt (``crowded``) runs
+    again alone (``-alone``). Its steps are not pooled, it is no run of the split, only its
+    message stays; on its own (stopped before it could go again) the split has no runs, no
+    steps and no rank. The same for a run ``lost`` with its fork server before its first step."""
+    from tracetui.analysis import Results, recommendation, summarise, verdict
+    from tracetui.events import make
+
+    def run(events, rid, mb, ga, walls, failed=None):
+        events.append(make("run_started", rid, label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga,
+                           effective_batch=mb * ga, env={"device": "cuda", "gpu_name": "H200"}))
+        for i, w in enumerate(walls, 1):
+            events.append(make("step", rid, step=i, warmup=False, wall_ms=w, data_ms=0.0, forward_ms=[w / 2],
+                               backward_ms=[w / 2], optimizer_ms=0.0, other_ms=0.0))
+        events.append(make("run_failed", rid, kind=failed[0], message=failed[1]) if failed
+                      else make("run_finished", rid, quiet={}))
+
+    for kind, said in (("crowded", "out of memory beside the next run, built early (a head start), so run "
+                                    "again alone"),
+                       ("lost", "its fork server was killed; it had taken no step, so it runs again alone")):
+        events: list = []
+        run(events, "s/1x4", 1, 4, [300.0 + (i % 3) for i in range(12)])
+        run(events, "s/4x1", 4, 1, [10.0] * 3, failed=(kind, said))
+        cut = list(events)  # stopped before it could go again
+        run(events, "s/4x1-alone", 4, 1, [100.0 + (i % 3) for i in range(12)])
+        rows = {r["trial"]: r for r in summarise(Results().extend(events))}
+        assert rows["4x1"]["status"] == "ok" and rows["4x1"]["runs"] == 1, rows["4x1"]
+        assert rows["4x1"]["steps_measured"] == 12 and rows["4x1"]["step_ms_median"] >= 100  # the attempt's steps: none
+        assert said in rows["4x1"]["message"]
+        assert verdict(list(rows.values())).startswith("4x1 is")
+        alone = {r["trial"]: r for r in summarise(Results().extend(cut))}
+        assert alone["4x1"]["status"] == kind and alone["4x1"]["runs"] == 0, alone["4x1"]
+        assert not alone["4x1"].get("step_ms_median")
+        assert "4x1" not in recommendation(list(alone.values()))
 
 
 def test_until_confident_runs_take_their_warm_up_while_the_run_before_exits(tmp_path):

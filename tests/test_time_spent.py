@@ -67,7 +67,7 @@ def test_a_replayed_log_gives_the_same_account_and_a_command_called_again_starts
         assert proc.returncode == 0, proc.stderr
         outs.append(json.loads(out.read_text())["time"][0])
     # the second found the fork server up: its imports were the first command's, none of its own
-    assert outs[1]["libraries_s"] == 0.0 and outs[1]["server_ready_before_s"] > 0
+    assert outs[1]["libraries_s"] is None
     for spent in outs:
         assert _adds_up(spent)
     again = tmp_path / "again.json"

@@ -327,7 +327,7 @@ class RunData:
 
     def measured(self) -> list[dict]:
         if self.status in AGAIN_KINDS:
-            return []  # an attempt run again (out of memory beside other runs, or lost): no steps of the split
+            return []  # an attempt run again (out of memory beside a head start, or lost): no steps of the split
         return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
     def add(self, event: dict) -> None:
@@ -460,8 +460,8 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         groups.setdefault((run.machine, *run.trial.key()), []).append(run)
     crowded: dict[tuple, list[str]] = {}
     for key, runs in list(groups.items()):
-        # an attempt run again alone (out of memory beside other resident runs, or lost with its
-        # fork server before its first step) is no run of the split (its steps neither), only its
+        # an attempt run again alone (out of memory beside a head start, or lost with its fork
+        # server before its first step) is no run of the split (its steps neither), only its
         # message stays; on its own it stays, unranked
         kept = [r for r in runs if r.status not in AGAIN_KINDS]
         if kept and len(kept) < len(runs):
@@ -488,9 +488,6 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
         )
-        resident = [int((r.started.get("interleaved") or {}).get("resident") or 0) for r in runs]
-        if any(resident):
-            row["interleaved"] = max(resident)
         if failed and status == "ok":
             row["message"] = "; ".join(x for x in (f"{failed[0]} in {len(failed)} of {len(runs)} runs",
                                                     row["message"]) if x)
@@ -649,8 +646,6 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
                            "steps_s": round(sum(w for *_, w, _, _ in spans), 2),
                            "warmup_steps_s": round(sum(w for *_, w, warm, _ in spans if warm), 2),
                            "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
-    if "kept" in marks:
-        got["server_ready_before_s"] = round(start - marks["kept"], 2) if start else None
     if not spans:
         return got
     got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None
@@ -693,8 +688,6 @@ def time_line(spent: dict) -> str:
         of = [f"{words} {spent[key]:.1f}" for key, words in (
             ("libraries_s", "library imports"), ("checks_s", "checks"), ("first_run_start_s", "first run's start"))
             if spent.get(key) is not None and spent[key] >= 0.05]
-        if spent.get("server_ready_before_s") is not None:
-            of.insert(0, "library imports 0 (a fork server kept from an earlier command)")
         parts.append(f"before the first step {before:.1f} s" + (f" ({', '.join(of)})" if of else ""))
     for key, words in (("between_runs_s", "between runs"), ("within_runs_s", "between a run's steps"),
                        ("after_last_step_s", "after the last step")):
@@ -1079,12 +1072,8 @@ def busy_mark(group: list[dict]) -> str:
 
 
 def scope_note(rows: list[dict]) -> str:
-    """What the intervals cover: with one run per split, only step-to-step noise; with
-    interleaved runs, how runs differ at one moment, not how the machine drifts."""
+    """What the intervals cover: with one run per split, only step-to-step noise."""
     timed = [r for r in rows if r.get("step_ms_median")]
-    if timed and all(r.get("interleaved") and r.get("ci_scope") == "runs" for r in timed):
-        return ("runs interleaved: intervals cover how runs differ at one moment, not how the machine drifts "
-                "between minutes (without --interleave the runs' spread takes that in)")
     if timed and all(r.get("ci_scope") == "steps" for r in timed):
         if any((r.get("runs") or 1) > 1 for r in timed):
             return ("intervals cover step noise only: the runs were too short to measure how fresh processes "

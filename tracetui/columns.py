@@ -175,8 +175,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("message"),
     # how far the numbers can be trusted
     Column("ci_scope", help="runs: intervals carry the spread between fresh processes; steps: one run's steps only"),
-    Column("interleaved", help="how many runs were resident at once, taking turns (--interleave); empty: one "
-                               "after another"),
     Column("too_few_steps"), Column("busy", help="why a run counts as taken on a busy machine"),
     Column("other_cpu_cores", help="CPU cores other processes used while the steps were measured (most of any run)"),
     Column("env_changed"), Column("loss_note"),

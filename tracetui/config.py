@@ -146,17 +146,9 @@ class SweepConfig:
     nnodes: int = setting(1, "torchrun: number of machines")
     node_rank: int = setting(0, "torchrun: this machine's rank")
     rdzv_endpoint: str = setting("", "torchrun: rendezvous endpoint", metavar="HOST:PORT", show_default=False)
-    interleave: bool = setting(False, "keep the runs of a grid resident at once on one device, taking turns of "
-                                      "--turn-steps steps, so that the splits meet the same machine (their starts "
-                                      "overlap one another, never a measured step)", negatable=True)
-    turn_steps: int = setting(2, "with interleaved runs: steps a run takes per turn")
     head_start: bool = setting(True, "start each next run of a grid while the one before takes its warm-up "
                                      "steps; built, it waits for its turn (never a start beside a measured "
                                      "step): a sweep pays about one run's start", negatable=True)
-    interleave_memory: float | None = setting(None, "memory the interleaved runs may hold in all, shared equally "
-                                                    "(default: the GPU's free memory; on the CPU, no cap); a run "
-                                                    "out of memory under its share runs again alone",
-                                              kind=float, metavar="GiB")
     stall_timeout: float | None = setting(
         None, "stop a run as stalled after SECONDS without progress (default: 10x its median step, at least "
               "60 s; before its first step at least 600 s)", kind=float, metavar="SECONDS")
@@ -454,11 +446,6 @@ def validate(cfg: SweepConfig) -> list[Trial]:
         if cfg.warmup + cfg.min_steps > cfg.steps:
             raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
                               "raise --steps (the most steps a split may take) or lower --min-steps")
-    if cfg.interleave_memory is not None and not (cfg.interleave_memory > 0):
-        raise ConfigError("--interleave-memory", f"must be a positive number of GiB, got {cfg.interleave_memory}",
-                          "give e.g. --interleave-memory 60")
-    if cfg.turn_steps < 1:
-        raise ConfigError("--turn-steps", f"must be at least 1, got {cfg.turn_steps}", "give e.g. 2")
     if cfg.search and cfg.grid:
         raise ConfigError("--search", "and --grid both given", "give one: --search finds the fastest split, "
                           "--grid runs every split")
@@ -621,22 +608,14 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     return cfg
 
 
-def _turns_refusal(cfg: "SweepConfig", lanes: int) -> str:
-    """Why runs cannot take turns on one device (:mod:`tracetui.runner.turns`), or ""."""
-    return ("runs go side by side on several GPUs" if lanes > 1 or len(cfg.gpu_list()) > 1
-            else "torchrun starts its own ranks" if cfg.world_size > 1
-            else "--no-probe runs have no probe to keep the turns" if not cfg.probe else "")
-
-
 def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
     """Why the settings themselves rule head starts out (:mod:`tracetui.runner.turns`), or ""."""
-    return _turns_refusal(cfg, lanes) or (
-        f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
-        if cfg.warmup < 2 else "")
-
-
-def interleave_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
-    """Why the settings themselves rule interleaving out, or ""."""
-    return _turns_refusal(cfg, lanes) or (
-        "--until-confident stops each split on the intervals of those measured before it"
-        if cfg.until_confident is not None else "")
+    if lanes > 1 or len(cfg.gpu_list()) > 1:
+        return "runs go side by side on several GPUs"
+    if cfg.world_size > 1:
+        return "torchrun starts its own ranks"
+    if not cfg.probe:
+        return "--no-probe runs have no probe to keep the turns"
+    if cfg.warmup < 2:
+        return f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
+    return ""

@@ -36,9 +36,9 @@ SWEEP = "sweep"
 #: package missing, a kernel this device lacks, a compile that fails); ``skipped``: a planner
 #: decided not to start it (predicted not to fit in memory)
 FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
-#: attempts that are no run of their split, run again alone: ``crowded``, out of memory beside
-#: other resident runs (interleaved, or a head start's); ``lost``, built early and waiting for its
-#: turn when its fork server was killed from outside tracetui
+#: attempts that are no run of their split, run again alone (head starts): ``crowded``, out of
+#: memory beside the next run, built early; ``lost``, built early and waiting for its turn when
+#: its fork server was killed from outside tracetui
 AGAIN_KINDS = ("crowded", "lost")
 #: every kind a run_failed may have: the failures, and the attempts run again
 RUN_FAILED_KINDS = FAIL_KINDS + AGAIN_KINDS

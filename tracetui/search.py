@@ -41,7 +41,6 @@ import statistics
 from dataclasses import dataclass, field
 
 from .analysis import PROBE_WHY, SETTLE_Z, enough_for_interval, predicted_text, settle_interval
-from .config import interleave_refusal
 from .knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from .trial import Trial
@@ -429,16 +428,12 @@ def make_search(cfg, trials: list[Trial], short_runs: bool = True) -> SearchPlan
                          probe_steps=probe_steps)
 
 
-def wants_search(cfg, trials: list[Trial], own_runs: bool = True) -> tuple[bool, str]:
-    """Whether the sweep searches, and the line that says why when it was not asked for.
-    ``own_runs``: tracetui's own workers (a script's runs are never interleaved)."""
+def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
+    """Whether the sweep searches, and the line that says why when it was not asked for."""
     if getattr(cfg, "grid", False):
         return False, ""
     if getattr(cfg, "search", False):
         return True, ""
-    if own_runs and getattr(cfg, "interleave", False):
-        if not interleave_refusal(cfg):  # interleaving asks for the grid's runs, all at once
-            return False, ""
     runs = len(trials) * cfg.repeats
     if runs > HANDFUL and cfg.splits == "auto" and cfg.world_size == 1 and not cfg.vary:
         return True, (f"searching rather than running all {runs} runs (the grid): memory probes, then the largest "
@@ -451,7 +446,7 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     above a handful of runs (saying so once, on stderr), or the grid (``--grid``).
     ``short_runs``: whether the sweep can run a trial for fewer steps than ``--steps`` (not a
     user's script, whose steps are its own)."""
-    search, line = wants_search(cfg, trials, own_runs=short_runs)
+    search, line = wants_search(cfg, trials)
     if search:
         if line:
             import sys

@@ -346,7 +346,7 @@ def progress_printer(total_runs: int, steps: int):
         if t == RUN_STARTED:
             if e.get("rank", 0) != 0:
                 return
-            if e["run_id"].endswith("-alone"):  # a run again, alone (crowded or lost): no run of the plan
+            if e["run_id"].endswith("-alone"):  # a head start's run again, alone (crowded or lost): no run of the plan
                 say(f"[again] {label}: started alone")
                 state["steps"][e["run_id"]] = (e.get("config") or {}).get("steps") or steps or 0
                 return
@@ -470,7 +470,6 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     line = sweep_time_line(results, getattr(sweep, "sweep_id", None))
     if line:
         say(f"tracetui: {line}")
-    kept_note()
     if sweep.log.incomplete:
         say(f"tracetui: error: {sweep.log.incomplete_message()}")
     same = getattr(sweep, "same_failure", None)
@@ -487,15 +486,6 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         say(f"tracetui: error: {no_split_finished(results)}")
     return exit_status(rows, signum=signals.signum, interrupted=sweep.interrupted,
                        incomplete=sweep.log.incomplete, write_error=bool(err))
-
-
-def kept_note() -> None:
-    """The line saying that a fork server this command started stays (:mod:`tracetui.runner.kept`)."""
-    from .runner.kept import started_note
-
-    line = started_note()
-    if line:
-        say(f"tracetui: {line}")
 
 
 def sweep_time_line(results, sweep_id: str | None) -> str:

@@ -110,9 +110,8 @@ class Probe(TrainerCallback):
         #: the machine's CPU picture over the measured steps (:mod:`tracetui.probe.quiet`)
         self.load: dict[str, Any] = {}
         self._quiet_start: dict | None = None
-        #: interleaved runs (:mod:`tracetui.runner.turns`): the run's :class:`~tracetui.runner.turns.Gate`
+        #: head starts (:mod:`tracetui.runner.turns`): the run's :class:`~tracetui.runner.turns.Gate`
         self.gate: Any = None
-        self._turn_first = False
 
     # ---- attaching -----------------------------------------------------------------------
     def attach(self, model: Any) -> None:
@@ -254,9 +253,9 @@ class Probe(TrainerCallback):
             self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
 
     def _take_turn(self) -> None:
-        """Interleaved or relayed (:mod:`tracetui.runner.turns`): give the turn back once this
-        run's work has finished on the device (the next run's steps must not overlap it), wait
-        for it again, and restart the step clock: the wait is no step's."""
+        """Head starts (:mod:`tracetui.runner.turns`): give the turn back once this run's work
+        has finished on the device (the next run's steps must not overlap it), wait for it
+        again, and restart the step clock: the wait is no step's."""
         self._wait_turn()
         self._restart_clock()
 
@@ -273,7 +272,6 @@ class Probe(TrainerCallback):
     def _restart_clock(self) -> None:
         if self._last_end is not None:
             self._last_end = self.clock.mark("start")
-        self._turn_first = True
 
     def settings_event(self) -> dict:
         return make(RUN_SETTINGS, self.run_id, rank=self.rank, settings=self.settings)
@@ -348,9 +346,8 @@ class Probe(TrainerCallback):
         self._pending.append(dict(
             step=self._step, marks=marks, values=values, peak=peak, samples=self._samples,
             padded=self._padded_tokens, has_loss=bool(self._losses), has_tokens=bool(self._tokens),
-            t_end=time.time(), turn_first=self._turn_first,
+            t_end=time.time(),
         ))
-        self._turn_first = False
         self._last_end = end
         self._losses, self._tokens = [], []
         self._samples = self._padded_tokens = 0
@@ -423,8 +420,6 @@ class Probe(TrainerCallback):
         if tokens is None:
             tokens = item["padded"] or None
         extra = {"t_end": item["t_end"]}
-        if item.get("turn_first"):
-            extra["turn_first"] = True  # interleaved: the first step after the run got the turn back
         if loss is not None and not math.isfinite(loss):
             extra["loss_finite"] = False  # a log keeps it as null (JSON has no NaN): say so apart
         if self.world > 1 and bwd and not str((self.settings or {}).get("sharding_used", "")).startswith("fsdp"):

@@ -67,8 +67,8 @@ def physical_index(index: int) -> int:
 
 def _sweeps_own(pid: int, owner: int) -> bool:
     """Whether ``pid`` descends from ``owner`` (:func:`.quiet.measuring_root`: tracetui's
-    process, for a trial): another run of the same sweep (interleaved runs share the GPU on
-    purpose, and wait while this one steps)."""
+    process, for a trial): another run of the same sweep (the next run, built early beside this
+    one, shares the GPU on purpose, and waits while this one steps)."""
     for _ in range(6):
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
@@ -95,16 +95,10 @@ def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
 
         root = measuring_root()
         others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, root)]
-        if others:  # a fork server kept between commands forked the sweep's other runs too
-            from .quiet import kept_siblings
-
-            siblings = kept_siblings(root)
-            others = [p for p in others if p.pid not in siblings]
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
         return len(others), mem
-    # this process is one of them, and so are the sweep's other resident runs (--interleave)
-    resident = os.environ.get("TRACETUI_RESIDENT", "")
-    siblings = int(resident) - 1 if resident.isdigit() and int(resident) > 1 else 0
+    # this process is one of them, and so may be the next run, built early beside it (a head start)
+    siblings = 1 if os.environ.get("TRACETUI_HEAD_STARTS") else 0
     return max(0, len(procs) - 1 - siblings), None
 
 
@@ -164,7 +158,7 @@ class GpuSampler:
         return None
 
     def hold(self, waiting: bool) -> None:
-        """Interleaved runs: no samples while this run waits for its turn (the device is then
+        """Head starts: no samples while this run waits for its turn (the device is then
         another run's)."""
         (self._held.set if waiting else self._held.clear)()
 

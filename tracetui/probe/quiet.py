@@ -41,8 +41,10 @@ def _proc_stat() -> tuple[float, float] | None:
     return (user + nice + system + irq + softirq) / tick, steal / tick
 
 
-def _processes() -> tuple[dict[int, int], dict[int, float]] | None:
-    """Every process's parent and CPU seconds (its own and its reaped children's), from /proc."""
+def _tree_cpu(root: int) -> float | None:
+    """CPU seconds of the process tree under ``root`` (itself included): each live process's
+    own time plus what its reaped children used (``cutime``/``cstime``), so a descendant counts
+    whether it is alive, finished inside the window, or a data loader worker still running."""
     tick = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -58,63 +60,14 @@ def _processes() -> tuple[dict[int, int], dict[int, float]] | None:
             continue  # gone since the listing
         parent[pid] = int(fields[1])
         cpu[pid] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    return parent, cpu
-
-
-def _pipes(pid: int) -> set[str]:
-    """The pipes ``pid`` holds an end of (``pipe:[inode]``)."""
-    got = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return got
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("pipe:"):
-            got.add(link)
-    return got
-
-
-def kept_siblings(owner: int, parent: dict[int, int] | None = None) -> set[int]:
-    """In a trial forked by a fork server kept between commands (:mod:`tracetui.runner.kept`):
-    the server's trials that ``owner``'s command asked for (this one among them), which are
-    not ``owner``'s descendants. A trial holds an end of a pipe whose other end its command
-    holds (its data pipe, its queue); a trial of another command shares none with this one."""
-    from ..runner import kept
-
-    if not kept.IN_KEPT_TRIAL:
-        return set()
-    server = os.getppid()
-    if parent is None:
-        got = _processes()
-        parent = got[0] if got else {}
-    theirs = _pipes(owner)
-    return {pid for pid, ppid in parent.items() if ppid == server and (pid == os.getpid() or _pipes(pid) & theirs)}
-
-
-def _tree_cpu(root: int) -> float | None:
-    """CPU seconds of the process tree under ``root`` (itself included), and under the trials a
-    kept fork server forked for the same command (:func:`kept_siblings`): each live process's
-    own time plus what its reaped children used (``cutime``/``cstime``), so a descendant counts
-    whether it is alive, finished inside the window, or a data loader worker still running."""
-    got = _processes()
-    if got is None:
-        return None
-    parent, cpu = got
     if root not in cpu:
         return None
     children: dict[int, list[int]] = {}
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo, seen = 0.0, [root, *kept_siblings(root, parent)], set()
+    total, todo = 0.0, [root]
     while todo:
         pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
         total += cpu.get(pid, 0.0)
         todo.extend(children.get(pid, ()))
     return total

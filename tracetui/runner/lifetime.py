@@ -23,9 +23,6 @@ import threading
 import time
 from typing import Callable
 
-from . import kept
-from .kept import process_gone  # noqa: F401 - (defined there: the kept server's side needs it too)
-
 # ---- no trial outlives tracetui ---------------------------------------------------------------
 #
 # The kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills a trial when tracetui
@@ -176,47 +173,41 @@ def forking() -> bool:
 
 def check_start_env() -> None:
     """A misspelt ``TRACETUI_START`` (``forksever``) would quietly start fresh interpreters:
-    refuse it with one line instead; and a bad ``TRACETUI_KEEP_SERVER``."""
+    refuse it with one line instead."""
     value = os.environ.get(START_ENV)
     if value is not None and value not in ("forkserver", "spawn"):
         from ..config import ConfigError
 
         raise ConfigError(START_ENV, f"{value!r} is neither forkserver nor spawn",
                           "unset it (the fork server, on Linux), or set spawn for fresh interpreters")
-    if forking():
-        kept.keep_seconds()  # (a bad TRACETUI_KEEP_SERVER, refused the same way)
 
 
 def trial_context():
     """The multiprocessing context trials start in: a fork server with :data:`PRELOAD`
     imported, started now (from the main thread, with the terminal's signals ignored, which
     the server and every trial forked from it inherit: the sweep alone decides what a Ctrl-C
-    or a hang-up stops, and tells each trial with SIGTERM), or kept from an earlier command
-    (:mod:`.kept`). ``spawn`` where there is no fork server (not Linux) or
-    ``TRACETUI_START=spawn``. Called again, it returns the running server."""
+    or a hang-up stops, and tells each trial with SIGTERM). ``spawn`` where there is no fork
+    server (not Linux) or ``TRACETUI_START=spawn``. Called again, it returns the running server."""
     check_start_env()
     if not forking():
         return mp.get_context("spawn")
-    keep_s = kept.keep_seconds()
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     main = threading.current_thread() is threading.main_thread()
     old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS} if main else {}
     try:
-        _ensure_server(keep_s)
+        _ensure_server()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    return kept.context() if keep_s else ctx
+    return ctx
 
 
-def _ensure_server(keep_s: float | None = None) -> None:
-    """Find the kept server (``keep_s`` seconds: see :mod:`.kept`), or start one; or start this
-    command's own fork server, or start it again if it has died (``ensure_running`` does both;
+def _ensure_server() -> None:
+    """Start the fork server, or start it again if it has died (``ensure_running`` does both;
     it returns at once while the server lives)."""
     from multiprocessing import forkserver
 
-    keep_s = kept.keep_seconds() if keep_s is None else keep_s
     # the server's imports must not initialise the CUDA driver (a forked child could not use
     # it): torch's availability checks go through NVML there; each trial turns it back off
     before = os.environ.get(NVML_CHECK)
@@ -224,15 +215,6 @@ def _ensure_server(keep_s: float | None = None) -> None:
         os.environ["TRACETUI_USER_NVML_CHECK"] = "1"  # the user's own: trials keep it
     os.environ[NVML_CHECK] = "1"
     try:
-        if keep_s and (kept.current is None or not kept.current.alive()):
-            try:
-                kept.attach(PRELOAD, dict(os.environ), keep_s)
-            except OSError as exc:
-                kept.forget()
-                _say_once(f"tracetui: no fork server kept between commands ({exc}); this command imports "
-                          f"the libraries itself")
-        if keep_s and kept.current is not None:
-            return
         _until_a_killed_server_has_ended()
         forkserver.ensure_running()
         _stop_server_at_exit()
@@ -241,15 +223,6 @@ def _ensure_server(keep_s: float | None = None) -> None:
             os.environ.pop(NVML_CHECK, None)
         else:
             os.environ[NVML_CHECK] = before
-
-
-_said: set[str] = set()
-
-
-def _say_once(line: str) -> None:
-    if line not in _said:
-        _said.add(line)
-        sys.stderr.write(line + "\n")
 
 
 def _until_a_killed_server_has_ended(limit_s: float = 5.0) -> None:
@@ -305,8 +278,6 @@ def stop_server() -> None:
     may still be importing, and left alone tracetui's exit waited for those imports (4-5 s on a
     2-core CPU) and the server spent them on a core; and at tracetui's exit
     (:func:`_stop_server_at_exit`). (It holds nothing a later sweep needs.)"""
-    if kept.current is not None:
-        return  # kept for the next command, not this one's to stop
     pid = server_pid()
     if pid and not process_gone(pid):
         try:
@@ -315,12 +286,19 @@ def stop_server() -> None:
             pass
 
 
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited, or a zombie nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def server_pid() -> int | None:
     """The fork server's pid (a forked trial's parent), when one runs."""
     from multiprocessing import forkserver
 
-    if kept.current is not None:
-        return kept.current.pid
     return getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public accessor
 
 
@@ -331,8 +309,6 @@ def release_server() -> None:
     leave the server, and so the trial (whose parent-death signal waits for the server), alive."""
     from multiprocessing import forkserver
 
-    if kept.IN_KEPT_TRIAL:
-        kept.watch_the_command()  # (its parent, the kept server, outlives the command)
     if forking() and os.environ.get(NVML_CHECK) == "1" \
             and not os.environ.get("TRACETUI_USER_NVML_CHECK"):
         os.environ.pop(NVML_CHECK)  # the server's setting, not the user's: the usual check again
@@ -344,6 +320,3 @@ def release_server() -> None:
         except OSError:
             pass
         server._forkserver_alive_fd = None
-
-
-kept.reattach = _ensure_server  # (the kept server's trials, when their server has gone)

@@ -233,7 +233,6 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
     reader, writer = ctx.Pipe(duplex=False)
     try:
         restart_server_if_gone()
-        asked = time.time()
         proc = ctx.Process(target=_checks_child, args=(cfg, writer, server_pid()), daemon=True,
                            name="tracetui-checks")
         proc.start()
@@ -245,7 +244,7 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
             ready = wait([reader, proc.sentinel])
         if reader in ready:
             answer, times = reader.recv()
-            clock.marks.update(server_marks(times, clock.marks.get("command", 0.0), asked))
+            clock.marks.update(server_marks(times, clock.marks.get("command", 0.0)))
     except (EOFError, OSError):
         answer = None  # the fork server or the check died: the checks run here instead
     except BaseException:
@@ -284,17 +283,14 @@ def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
         pass  # tracetui has gone (interrupted while the server was still importing)
 
 
-def server_marks(times: dict[str, float], since: float, asked: float) -> dict[str, float]:
+def server_marks(times: dict[str, float], since: float) -> dict[str, float]:
     """The fork server's imports as this command's time account counts them (``since``: the
-    command's start; ``asked``: when it first asked the server for a process): a server started
-    before the command (kept from an earlier one, :mod:`.kept`, or an earlier command of the same
-    process) imported for that one, and this command waited for what was left of its imports,
-    if anything (``kept``: when it had ended them)."""
+    command's start): a server started before the command (by an earlier command of the same
+    process) imported for that one: none of it, or only what was left of its imports, is this
+    command's."""
     server, ready = times.get("server"), times.get("libraries")
-    if ready is None:
+    if ready is None or ready < since:
         return {}
-    if ready < since:
-        return {"server": asked, "libraries": asked, "kept": ready}
     return {"server": max(server if server is not None else since, since), "libraries": ready}
 
 

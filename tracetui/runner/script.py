@@ -84,8 +84,6 @@ class ScriptSweep(SweepBase):
         self.log = EventLog(self.dir / "events.jsonl")
         self._setup(cfg, trials, planner)
         self.warnings: list[str] = script_notes(cfg.varied())
-        if cfg.interleave:
-            self.warnings.append("--interleave not applied (a script's runs go one after another)")
         #: what the ranks send over the socket, read by the supervisor of the running trial
         self._inbox: "queue.Queue[dict]" = queue.Queue()
         # A private socket: its folder is made 0700 by the listener, and removed on every way out

@@ -90,8 +90,6 @@ class Child:
     #: --memory-limit when the trial's memory is capped (GiB): a death by signal is then read
     #: as running out of it (on the CPU the cap is the data size, and C++ code dies of it)
     memory_limit: float | None = None
-    #: what set ``memory_limit`` (an interleaved run's cap is its share of the device)
-    cap_name = "--memory-limit"
 
     def __init__(self, log_path: Path):
         self.log_path = log_path
@@ -235,7 +233,7 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
     killed = f" (killed by {signal.Signals(-code).name})" if code is not None and code < 0 else ""
     capped_death = child.memory_limit is not None and ((killed and code != -signal.SIGTERM) or CAPPED_IN_LOG.search(tail))
     if OOM_IN_LOG.search(tail) or capped_death:
-        capped = f" under {child.cap_name} {child.memory_limit:g} GiB" if child.memory_limit is not None else ""
+        capped = f" under --memory-limit {child.memory_limit:g} GiB" if child.memory_limit is not None else ""
         return "oom", f"out of memory at micro-batch {spec.trial.micro_batch}{capped}{killed} (see {child.log_path})"
     if code is not None and code < 0:
         return "crashed", f"killed by {signal.Signals(-code).name} without reporting; its log: {child.log_path}"
@@ -249,7 +247,7 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
 def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: threading.Event,
               stall_timeout: float | None, waiting: Callable[[], bool] | None = None) -> tuple[str, str]:
     """Run ``child`` for ``spec`` to its end and say how it ended: ``(status, message)``.
-    ``waiting``: whether the run is waiting for its turn (interleaved runs): no stall.
+    ``waiting``: whether the run is waiting for its turn (a head start): no stall.
 
     Every event is handed to ``emit`` as it arrives; the run's end is the one its lead rank
     (rank 0 on this machine) reports, else :func:`classify_end`'s reading, which is then emitted

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import clock
-from ..config import SweepConfig, head_start_refusal, interleave_refusal
+from ..config import SweepConfig, head_start_refusal
 from ..events import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
@@ -31,7 +31,7 @@ from ..trial import Trial
 from .lifetime import restart_server_if_gone, server_pid, trial_context
 from .preflight import device_kind
 from .supervise import Child, WorkerChild, supervise
-from .turns import CONTEXT_GIB, MAX_RESIDENT, Turns
+from .turns import CONTEXT_GIB, Turns
 
 #: queue size: large enough for bursts, small enough to bound memory
 QUEUE_MAX = 10_000
@@ -51,8 +51,6 @@ class SweepBase:
     #: whether a run can be given fewer steps than ``--steps`` (a memory probe): not where a
     #: user's script decides its own
     short_runs = True
-    #: runs kept resident at once, taking turns (:mod:`.turns`; 0: one after another)
-    resident = 0
     #: head starts (:mod:`.turns`): each next run starts during the current one's warm-up
     relay = False
 
@@ -177,7 +175,7 @@ class SweepBase:
         return self.outcomes
 
     def _lane_done(self) -> None:
-        """A lane takes no more runs (interleaved sweeps stop waiting for it)."""
+        """A lane takes no more runs (head starts: no turn waits for it)."""
 
     def rerun(self, trial: Trial) -> str:
         """Run ``trial`` once more in this sweep."""
@@ -236,7 +234,7 @@ class SweepBase:
         return status
 
     def _again(self, spec: RunSpec) -> bool:
-        """Whether ``spec``'s run ends to run again (an interleaved run short of memory)."""
+        """Whether ``spec``'s run ends to run again alone (a head start's: :meth:`Sweep._again_alone`)."""
         return False
 
     def _finished(self, spec: RunSpec, status: str, message: str = "") -> None:
@@ -309,20 +307,11 @@ class Sweep(SweepBase):
         self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
         self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
         self.warnings = gpu_model_warnings(self.lanes)
-        #: interleaved runs (:mod:`.turns`): how many at once (0: one after another), why not
-        self.resident, why_not = interleaving(cfg, self.planner, self.lanes, self._device)
-        if why_not and cfg.interleave:
-            self.warnings.append(f"--interleave not applied ({why_not})")
-        #: each interleaved run's share of the GPU's free memory (GiB), None on the CPU
-        self.share_gib: float | None = None
-        if self.resident:
-            self.share_gib = memory_share(cfg, self.resident, self._device)
         #: head starts: the next run starts during the current one's warm-up (:mod:`.turns`)
-        self.relay, why_not = (False, "") if self.resident else relaying(cfg, self.planner, self.lanes, self._device)
+        self.relay = relaying(cfg, self.planner, self.lanes, self._device)[0]
         self.turns: Turns | None = None
-        self._crowded: set[str] = set()  # runs that run again alone: out of memory beside others, or lost
-        self._again_why: dict[str, str] = {}  # why, where it is not memory
-        self._shared: set[str] = set()  # interleaved runs whose memory the others may have taken
+        #: runs that run again alone, and why (:meth:`_again_alone`)
+        self._again_why: dict[str, str] = {}
         self._footprint: float | None = None  # GiB the largest built run held (head starts)
         self._per_example: float | None = None  # the most GiB a step held per example (head starts)
         self._micro_batch: dict[str, int] = {}
@@ -333,27 +322,19 @@ class Sweep(SweepBase):
         _ensure_resource_tracker()
 
     def sharing_line(self) -> str | None:
-        """One line on how the runs share the device: interleaved, or with head starts."""
-        if self.relay:
-            return (f"head starts: each next run starts during the one before's warm-up ({self.cfg.warmup} steps, "
-                    "not measured) and waits, built, for its turn: no start beside a measured step "
-                    "(--no-head-start: one after another)")
-        if not self.resident:
+        """One line on how the runs share the device: with head starts."""
+        if not self.relay:
             return None
-        share = f", {self.share_gib:g} GiB of memory each" if self.share_gib is not None else ""
-        return (f"runs interleaved: {self.resident} resident, taking turns of {self.cfg.turn_steps} step(s){share} "
-                "(--no-interleave: one after another)")
+        return (f"head starts: each next run starts during the one before's warm-up ({self.cfg.warmup} steps, "
+                "not measured) and waits, built, for its turn: no start beside a measured step "
+                "(--no-head-start: one after another)")
 
     def run(self) -> dict[str, str]:
-        if not self.resident and not self.relay:
+        if not self.relay:
             return super().run()
-        if self.relay:
-            self.turns = Turns(self._ctx, relay=True, room=self._room, room_to_step=self._room_to_step,
-                               on_go=self._references_now if self.cfg.until_confident is not None else None)
-            lanes, self.lanes = self.lanes, self.lanes * 2
-        else:
-            self.turns = Turns(self._ctx, self.cfg.turn_steps, hold=self.resident)
-            lanes, self.lanes = self.lanes, self.lanes * self.resident
+        self.turns = Turns(self._ctx, room=self._room, room_to_step=self._room_to_step,
+                           on_go=self._references_now if self.cfg.until_confident is not None else None)
+        lanes, self.lanes = self.lanes, self.lanes * 2
         try:
             return super().run()
         finally:
@@ -363,10 +344,10 @@ class Sweep(SweepBase):
 
     def _lane_done(self) -> None:
         if self.turns is not None:
-            self.turns.lane_done()
+            self.turns.idle()
 
     def _again(self, spec: RunSpec) -> bool:
-        return spec.run_id in self._crowded
+        return spec.run_id in self._again_why
 
     def _references_now(self, run_id: str) -> list[tuple[float, float]]:
         """``--until-confident``'s references for a run getting a turn: with head starts, the
@@ -426,37 +407,34 @@ class Sweep(SweepBase):
         if event.get("type") == STEP and event.get("peak_mem_gib") and rid in self._micro_batch:
             per = float(event["peak_mem_gib"]) / self._micro_batch[rid]
             self._per_example = max(self._per_example or 0.0, per)
-        relayed = self.relay and event.get("type") == RUN_FAILED and self.turns is not None
-        # out of memory: judged by when the run said so (its own event's time)
-        beside = bool(relayed and self.turns.beside(rid, float(event.get("t") or time.time())))
-        if (relayed and event.get("kind") == "crashed" and "fork server" in str(event.get("message"))
-                and rid not in self._stepped and self.turns.had_company(rid)):
-            # (lost: a run built early, beside another; the time of a death the supervisor reads
-            # afterwards is not the time it happened. A run going alone has no seat: never lost)
-            # built early, it waited for its turn when something outside killed the fork server
-            # (and with it every process forked from it): not this split's doing; it runs again
-            self._crowded.add(rid)
-            self._again_why[rid] = "its fork server was killed before its first step"
-            event = dict(event, kind="lost", message=(
-                f"{event.get('message')}; it had taken no step, so it runs again alone"))
-        if (event.get("type") == RUN_FAILED and event.get("kind") == "oom" and event.get("rank", 0) == 0
-                # head starts: on a GPU, where runs share one memory (on the CPU a run's own cap
-                # is what it ran out of)
-                and (rid in self._shared or (beside and self._device == "cuda"))
-                # on a GPU the caching allocator says out of memory itself: a death by a signal
-                # there is no crowding
-                and not (self._device == "cuda" and "killed by" in str(event.get("message")))):
-            # not a verdict on the split: it shared the device; it runs again alone
-            self._crowded.add(rid)
-            said = event.get("message") or ""
-            if self.relay:
-                beside = "beside the next run, built early (a head start)"
-            else:
-                share = f"under its share ({self.share_gib:g} GiB) " if self.share_gib is not None else ""
-                beside = f"{share}beside the other interleaved runs"
-            event = dict(event, kind="crowded", message=(
-                f"out of memory {beside}, so run again alone" + (f" ({said})" if said else "")))
+        if self.relay and event.get("type") == RUN_FAILED and self.turns is not None:
+            event = self._again_alone(rid, event)
         super()._emit(event)
+
+    def _again_alone(self, rid: str, event: dict) -> dict:
+        """A head start's failure that is no verdict on its split, said as such; the run then
+        runs again alone (:meth:`_run_alone`):
+
+        - ``lost``: built early, beside another run, it waited for its turn when something outside
+          killed the fork server (and with it every process forked from it). (A run going alone
+          has no seat: never lost. Not judged by time: the time of a death the supervisor reads
+          afterwards is not the time it happened.)
+        - ``crowded``: out of memory on a GPU while the run before or after it was resident
+          beside it, judged by when the run said so (its own event's time). On the CPU a run's
+          own cap is what it ran out of; on a GPU the caching allocator says out of memory
+          itself: a death by a signal there is no crowding."""
+        message = str(event.get("message") or "")
+        if (event.get("kind") == "crashed" and "fork server" in message and rid not in self._stepped
+                and self.turns.had_company(rid)):
+            self._again_why[rid] = "its fork server was killed before its first step"
+            return dict(event, kind="lost", message=f"{message}; it had taken no step, so it runs again alone")
+        if (event.get("kind") == "oom" and event.get("rank", 0) == 0 and self._device == "cuda"
+                and "killed by" not in message and self.turns.beside(rid, float(event.get("t") or time.time()))):
+            self._again_why[rid] = "out of memory beside the next run, built early"
+            return dict(event, kind="crowded", message=(
+                "out of memory beside the next run, built early (a head start), so run again alone"
+                + (f" ({message})" if message else "")))
+        return event
 
     def close(self) -> None:
         self.log.close()
@@ -485,7 +463,7 @@ class Sweep(SweepBase):
             if turns is not None:
                 turns.unseat(spec.run_id)
                 theirs.close()
-        if spec.run_id in self._crowded:
+        if spec.run_id in self._again_why:
             return self._run_alone(spec)
         return status
 
@@ -506,9 +484,7 @@ class Sweep(SweepBase):
                     self._emit(make(RUN_FAILED, spec.run_id, kind="interrupted", message=said))
                     self._finished(spec, "interrupted", said)
                     return "interrupted"
-                beside = ("beside the next run, built early" if self.relay
-                          else "under its share beside the interleaved runs")
-                cause = self._again_why.get(spec.run_id) or f"out of memory {beside}"
+                cause = self._again_why[spec.run_id]
                 why = (f"{spec.why}; " if spec.why else "") + f"alone: {cause} ({spec.run_id.split('/')[-1]})"
                 with self._wake:  # its own id: the planned ids of later repeats stay theirs
                     again = RunSpec(f"{spec.run_id}-alone", spec.trial, spec.repeat, spec.gpu, why, spec.steps)
@@ -536,63 +512,16 @@ class Sweep(SweepBase):
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
         waiting = None
-        if turns is not None and turns.relay:
+        if turns is not None:
             # started beside the run before it (a head start), or the first / after a gap
             payload.update(turn=theirs, relay=True, head_start=turns.resident() > 1)
-        elif turns is not None:
-            payload.update(turn=theirs, turn_steps=turns.block, share_gib=self.share_gib,
-                           interleaved={"resident": self.resident, "turn_steps": turns.block,
-                                        "share_gib": self.share_gib})
-            limit = self.cfg.memory_limit
-            if (self.share_gib is not None and (limit is None or self.share_gib < limit)) or (
-                    self.share_gib is None and limit is None and self._device == "cuda"):
-                self._shared.add(spec.run_id)  # out of memory, it may be the others' doing
-        if turns is not None:
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
         from . import worker
 
         child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
-        # a death by a signal under a cap reads as out of memory: on the CPU, where the cap is the
-        # data size; a GPU's caching allocator raises out of memory, which the worker reports itself
-        share = payload.get("share_gib") if self._device != "cuda" else None
-        caps = [g for g in (self.cfg.memory_limit, share) if g is not None]
-        child.memory_limit = min(caps) if caps else None
-        if caps and self.cfg.memory_limit != child.memory_limit:
-            child.cap_name = "its share of"
+        child.memory_limit = self.cfg.memory_limit
 
         return self._supervised(spec, child, waiting)
-
-
-def memory_share(cfg: SweepConfig, resident: int, device: str) -> float | None:
-    """Each of ``resident`` interleaved runs' share of memory (GiB): ``--interleave-memory``, else
-    the GPU's free memory, less each process's CUDA context on a GPU; None (no cap) on the CPU
-    without ``--interleave-memory``."""
-    pool = cfg.interleave_memory
-    if pool is None and device == "cuda":
-        pool = card_gib(cfg, free=True)
-    if pool is None:
-        return None
-    context = resident * CONTEXT_GIB if device == "cuda" else 0.0
-    return round(max(0.25, (pool - context) / resident), 2)
-
-
-def interleaving(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device: str) -> tuple[int, str]:
-    """How many runs to keep resident and taking turns (0: one after another), and why not.
-
-    Only with ``--interleave``, and never for the search (each of its runs is decided from the
-    last ones), several GPUs (lanes run side by side already), torchrun, ``--no-probe`` (the
-    probe keeps the turns) or ``--until-confident`` (a run stops on the intervals of the splits
-    measured before it)."""
-    if not cfg.interleave:
-        return 0, "not asked for (--interleave)"
-    why = interleave_refusal(cfg, len(lanes)) or (
-        "the search decides each run from the ones before it" if not isinstance(planner, GridPlanner) else "")
-    if why:
-        return 0, why
-    runs = runs_to_start(planner, device)
-    if runs < 2:
-        return 0, "one run"
-    return min(runs, MAX_RESIDENT), ""
 
 
 def relaying(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device: str) -> tuple[bool, str]:

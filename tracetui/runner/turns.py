@@ -1,40 +1,28 @@
-"""Interleaved runs: the runs of a sweep resident on one device at once, taking turns.
+"""Head starts: the next run of a grid starts while the current one takes its warm-up steps,
+and waits, built, for its turn.
 
-Why. The speed of a shared host drifts over seconds and minutes (on the H200 VM, one split's
-median step moved 19% between sweeps minutes apart, with steps correlated second to second), so
-splits measured one after another meet different machines, and their ratio carries the drift.
-Measured in alternating turns of a few steps each, every split meets the same drift, and it
-cancels in their ratio. The runs also start side by side, their starts overlapping one another
-and never a measured step: a sweep pays about one start, not one a run.
+Why. A run's start (its process, the model, the trainer) sat between two runs; started during
+the current run's warm-up steps (which are not measured), it overlaps them instead, and never a
+measured step: a sweep pays about one start, not one a run.
 
 The rules, kept by :class:`Turns` in tracetui's process:
 
 - a run takes no step until it holds the turn: it asks for it once its trainer is built
-  (``on_train_begin``), gives it back after every ``block`` steps, once its last step's work has
-  finished on the device, and says when it has ended;
-- no turn is given while any run is still starting, or while one that ended is still exiting
-  (its process reaped): nothing heavy runs beside a measured step;
-- turns go round in the order runs became ready.
-
-A run's step clock restarts when it gets the turn back (:class:`Gate`): its wait is no step's.
-Each run is still its own process (a crash or an out-of-memory cannot poison another), and a
-run that ran out of memory under its share of the device is run again alone (the sweep's).
-
-Head starts (``relay``, the default for a grid run one after another). The same coordinator, so
-that a run's start no longer sits between two runs: the next run starts while the current one
-takes its warm-up steps (which are not measured), is built, and waits at its first step. The
-rules:
-
-- a run holds the turn from its first step to the end of its warm-up, then asks for it again;
-  it gets it back once no run is starting, and keeps it to its last step;
+  (``on_train_begin``), holds it from its first step to the end of its warm-up, then asks for it
+  again, and says when it has ended;
+- no turn is given while any run is still starting, or while a lane is between runs (its next
+  run about to start);
 - the next run may start only while the current one is inside its warm-up, and only where the
   device's free memory holds it beside the current one's steps (:meth:`Turns.seat`; the sweep
   estimates what a step holds from the steps measured so far);
 - the oldest ready run gets the turn (the current one, then the one that started early); its
   warm-up may begin while the run before it exits, where there is room, but no measured step
-  begins before that run has exited.
+  begins before that run has exited (its process reaped).
 
 So every measured step runs with nothing beside it but a run that waits, blocked on its pipe.
+A run's step clock restarts when it gets the turn back (:class:`Gate`): its wait is no step's.
+Each run is still its own process (a crash or an out-of-memory cannot poison another); a run
+that ran out of memory beside the next one, built early, runs again alone (the sweep's).
 """
 
 from __future__ import annotations
@@ -44,11 +32,7 @@ import threading
 import time
 from typing import Any, Callable
 
-#: steps a run takes per turn (``--turn-steps``)
-TURN_STEPS = 2
-#: most runs resident at once
-MAX_RESIDENT = 8
-#: GiB a CUDA process holds outside the caching allocator (context, kernels), kept out of the shares
+#: GiB a CUDA process holds outside the caching allocator (context, kernels)
 CONTEXT_GIB = 1.0
 
 STARTING, READY, ACTIVE, EXITING = "starting", "ready", "active", "exiting"
@@ -60,7 +44,7 @@ class _Seat:
     def __init__(self, conn: Any):
         self.conn = conn
         self.state = STARTING
-        #: relay: stepping inside its warm-up (the next run may start now)
+        #: stepping inside its warm-up (the next run may start now)
         self.warm = False
         #: GiB the run's process held on its device once built (its "ready")
         self.footprint: float | None = None
@@ -71,58 +55,41 @@ class _Seat:
 class Turns:
     """The coordinator: hands the turn to one seated run at a time (see the module's rules).
 
-    ``hold``: lanes (threads) to wait for before the first turn, each seating its first run (the
-    runs the sweep starts side by side); a lane that waits or stops first (:meth:`idle`,
-    :meth:`lane_done`) is not waited for.
-
-    ``relay``: head starts (see the module's note); ``room(current, gib)`` says whether the
-    device has room for one more run beside ``current`` (which held ``gib`` once built, None if
-    it did not say), ``room_to_step(run)`` whether ``run`` may take its warm-up steps while the
-    run before it exits (default: no);
+    ``room(current, gib)`` says whether the device has room for one more run beside
+    ``current`` (which held ``gib`` once built, None if it did not say), ``room_to_step(run)``
+    whether ``run`` may take its warm-up steps while the run before it exits (default: no);
     ``on_go(run_id)``: what to send a run with each of its turns (``--until-confident``'s
     references, complete only once the runs before it have ended: the turn that begins a run's
     measured steps is given only once every run before it has been reaped)."""
 
-    def __init__(self, ctx: Any, block: int = TURN_STEPS, hold: int = 1, relay: bool = False,
-                 room: Callable[[str, float | None], bool] | None = None,
+    def __init__(self, ctx: Any, room: Callable[[str, float | None], bool] | None = None,
                  room_to_step: Callable[[str], bool] | None = None,
                  on_go: Callable[[str], Any] | None = None):
         self._ctx = ctx
-        self.block = max(1, int(block))
-        self.relay = relay
         self._room = room or (lambda _rid, _gib: True)
         self._room_to_step = room_to_step or (lambda _rid: False)
         self._on_go = on_go
         self._lock = threading.Condition(threading.Lock())
-        self._seats: dict[str, _Seat] = {}
+        self._seats: dict[str, _Seat] = {}  # in the order the runs started
         self._closing: list[Any] = []  # connections of gone seats: closed on the coordinator's thread
         #: lanes (threads) between one run and the next: their next run is about to start
         self._between: set[int] = set()
-        #: lanes that have seated a run, or wait or stop without one: turns start once all have
-        self._lanes_in: set[int] = set()
-        self._order: list[str] = []  # the order runs first became ready: the turns go round it
         self._holder: str | None = None
-        self._last: str | None = None
-        self._hold = hold
         self._went: set[str] = set()  # runs that have had a turn
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
-        self.turns_given = 0
         self._thread = threading.Thread(target=self._loop, name="tracetui-turns", daemon=True)
         self._thread.start()
 
     # ---- the sweep's side ---------------------------------------------------------------------
     def seat(self, run_id: str) -> Any:
-        """A seat for a run about to start; returns the run's end of its pipe (for the payload).
-        Relay: None while the run may not start yet (:meth:`wait_to_start`)."""
-        lane = threading.get_ident()
+        """A seat for a run about to start; returns the run's end of its pipe (for the payload),
+        or None while the run may not start yet (:meth:`wait_to_start`)."""
         with self._lock:
-            self._between.discard(lane)
-            self._lanes_in.add(lane)
-            if self.relay:
-                if not self._may_start():
-                    self._poke()
-                    return None
+            self._between.discard(threading.get_ident())
+            if not self._may_start():
+                self._poke()
+                return None
             mine, theirs = self._ctx.Pipe(duplex=True)
             self._seats[run_id] = _Seat(mine)
             if len(self._seats) > 1:
@@ -134,13 +101,13 @@ class Turns:
         return theirs
 
     def wait_to_start(self, stop: threading.Event) -> None:
-        """Relay: wait (as an idle lane: turns go on) until a run may start, or ``stop``."""
+        """Wait (as an idle lane: turns go on) until a run may start, or ``stop``."""
         with self._lock:
             while not self._closed and not stop.is_set() and not self._may_start():
                 self._lock.wait(0.2)
 
     def _may_start(self) -> bool:
-        """Relay (under the lock): whether a run may start now."""
+        """(Under the lock) whether a run may start now."""
         if not self._seats:
             return True
         if len(self._seats) > 1:
@@ -152,8 +119,8 @@ class Turns:
 
     def unseat(self, run_id: str) -> None:
         """The run's process has ended (reaped): its seat goes. Its lane is between runs until it
-        seats the next (:meth:`seat`), waits (:meth:`idle`) or stops (:meth:`lane_done`): no turn
-        meanwhile, so that the next run's start never runs beside a measured step."""
+        seats the next (:meth:`seat`) or waits or stops (:meth:`idle`): no turn meanwhile, so
+        that the next run's start never runs beside a measured step."""
         with self._lock:
             seat = self._seats.pop(run_id, None)
             if self._holder == run_id:
@@ -169,22 +136,16 @@ class Turns:
         self._poke()
 
     def idle(self) -> None:
-        """The calling lane waits without a run (for one that goes alone): turns go on, and a
-        lane that has not seated a run yet is not waited for."""
-        lane = threading.get_ident()
+        """The calling lane waits without a run (for one that goes alone), or takes no more:
+        it is not between runs, and turns go on."""
         with self._lock:
-            self._between.discard(lane)
-            self._lanes_in.add(lane)
+            self._between.discard(threading.get_ident())
         self._poke()
-
-    def lane_done(self) -> None:
-        """The calling lane takes no more runs: do not wait for it."""
-        self.idle()
 
     def beside(self, run_id: str, at: float) -> bool:
         """Whether ``run_id`` was resident with another run at ``at`` (host clock: when it said it
-        ran out of memory, or was lost): then it may have been crowded out rather than too big.
-        A run that is not seated (one going alone) never was."""
+        ran out of memory): then it may have been crowded out rather than too big. A run that is
+        not seated (one going alone) never was."""
         with self._lock:
             seat = self._seats.get(run_id)
             return seat is not None and any(a <= at and (b is None or at <= b) for a, b in seat.company)
@@ -292,17 +253,15 @@ class Turns:
                 return
             what = msg[0] if isinstance(msg, tuple) and msg else msg
             if what == "ready":
-                if run_id not in self._order:
-                    self._order.append(run_id)
                 seat.state = READY
                 if len(msg) > 2 and isinstance(msg[2], (int, float)):
                     seat.footprint = float(msg[2])
             elif what == "yield":
                 seat.state = READY
                 seat.warm = False
-            elif what == "warm":  # relay: stepping inside its warm-up
+            elif what == "warm":  # stepping inside its warm-up
                 seat.warm = seat.state == ACTIVE
-            else:  # "end": no more steps; its process exits, and is reaped before turns go on
+            else:  # "end": no more steps; its process exits, and is reaped before measured steps go on
                 seat.state = EXITING
                 seat.warm = False
             if self._holder == run_id and seat.state != ACTIVE:
@@ -311,41 +270,29 @@ class Turns:
 
     def _give(self) -> None:
         with self._lock:
-            if self._holder is not None or len(self._lanes_in) < self._hold or self._between:
+            if self._holder is not None or self._between:
                 return
             if any(s.state == STARTING for s in self._seats.values()):
                 return
             exiting = any(s.state == EXITING for s in self._seats.values())
-            if exiting and not self.relay:
+            for rid, seat in self._seats.items():  # the oldest ready run: the current one keeps its place
+                if seat.state != READY:
+                    continue
+                # a run's warm-up may begin while the one before exits (no measured step of
+                # either: its measured steps wait for the reap), where there is room for it
+                if exiting and (rid in self._went or not self._asked(self._room_to_step, rid)):
+                    continue
+                try:
+                    sent = self._asked(self._on_go, rid) if self._on_go else None
+                    seat.conn.send(("go", sent) if self._on_go else "go")
+                except (OSError, ValueError):
+                    seat.state = EXITING
+                    continue
+                self._went.add(rid)
+                seat.state = ACTIVE
+                self._holder = rid
+                self._lock.notify_all()
                 return
-            order = [rid for rid in self._order if rid in self._seats]
-            if exiting:
-                # relay: a run's warm-up may begin while the one before exits (no measured step
-                # of either: its measured steps wait for the reap), where there is room for it
-                order = [rid for rid in order if rid not in self._went and self._asked(self._room_to_step, rid)]
-            if not order:
-                return
-            if self.relay:  # the oldest ready run: the current one keeps its place
-                order = [rid for rid in self._seats if rid in order]
-            else:  # round the runs, from the one after the last to hold it
-                start = order.index(self._last) + 1 if self._last in order else 0
-                order = order[start:] + order[:start]
-            for rid in order:
-                seat = self._seats[rid]
-                if seat.state == READY:
-                    self.turns_given += 1
-                    try:
-                        sent = self._asked(self._on_go, rid) if self._on_go else None
-                        seat.conn.send(("go", sent) if self._on_go else "go")
-                    except (OSError, ValueError):
-                        self.turns_given -= 1
-                        seat.state = EXITING
-                        continue
-                    self._went.add(rid)
-                    seat.state = ACTIVE
-                    self._holder = self._last = rid
-                    self._lock.notify_all()
-                    return
 
 
 class Gate:
@@ -353,13 +300,11 @@ class Gate:
     ``on_hold(bool)`` is told when the run starts and stops waiting (its GPU sampler pauses:
     what the device does meanwhile is another run's).
 
-    Interleaved, the run gives the turn back every ``block`` steps. Relay (``warmup`` given: a
-    head start, see the module's note), it takes the turn at its first step and once more after
-    its ``warmup`` steps, and says when its warm-up begins."""
+    The run takes the turn at its first step and once more after its ``warmup`` steps, and
+    says when its warm-up begins."""
 
-    def __init__(self, conn: Any, block: int, on_hold=None, warmup: int | None = None):
+    def __init__(self, conn: Any, warmup: int, on_hold=None):
         self.conn = conn
-        self.block = max(1, int(block))
         self.warmup = warmup
         self.on_hold = on_hold or (lambda _waiting: None)
         self._asked = False
@@ -368,12 +313,10 @@ class Gate:
 
     def due(self, step: int) -> bool:
         """Whether the run gives the turn back after optimizer step ``step`` (1-based)."""
-        if self.warmup is not None:
-            return step == self.warmup
-        return step % self.block == 0
+        return step == self.warmup
 
     def warming(self) -> None:
-        """Relay: this run holds its first turn, its warm-up steps to come: the next run may start."""
+        """This run holds its first turn, its warm-up steps to come: the next run may start."""
         if self.warmup:
             try:
                 self.conn.send(("warm",))

@@ -148,11 +148,9 @@ def run(spec: dict, mp_queue: Any) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["TRACETUI_TRIAL"] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
-    # nor the other resident runs on its GPU (probe/gpu.py): interleaved, or the next run, built
-    # early beside this one (a head start)
-    resident = (spec.get("interleaved") or {}).get("resident") or (2 if spec.get("relay") else 0)
-    if resident:
-        os.environ["TRACETUI_RESIDENT"] = str(resident)
+    # nor the next run on its GPU, built early beside this one (a head start: probe/gpu.py)
+    if spec.get("relay"):
+        os.environ["TRACETUI_HEAD_STARTS"] = "1"
     _thread_lock_for_progress_bars()
 
     from ..config import SweepConfig
@@ -193,7 +191,6 @@ def run(spec: dict, mp_queue: Any) -> None:
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
                                         "lora_targets", "memory_limit", "seed", *KNOBS)},
                        gpu=spec.get("gpu"), log_path=spec["log_path"],
-                       **({"interleaved": spec["interleaved"]} if spec.get("interleaved") else {}),
                        **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
         if device == "cuda":
             from ..probe.gpu import GpuSampler
@@ -398,9 +395,8 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
           stages: Stages | None = None, hold=None) -> dict:
     """Train ``cfg.steps`` optimizer steps of one split with the probe (or without: ``--no-probe``).
 
-    Interleaved or relayed (``spec["turn"]``, :mod:`.turns`): steps only while the run holds
-    the turn (``hold`` is told when it waits); interleaved, its memory is capped at
-    ``spec["share_gib"]``, its share of the device beside the other resident runs."""
+    With head starts (``spec["turn"]``, :mod:`.turns`): steps only while the run holds the
+    turn (``hold`` is told when it waits)."""
     import shutil
 
     import torch
@@ -426,14 +422,12 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
             if hold is not None:
                 hold(waiting)
 
-        probe.gate = Gate(spec["turn"], spec.get("turn_steps") or 1, on_hold=on_hold,
-                          warmup=cfg.warmup if spec.get("relay") else None)
+        probe.gate = Gate(spec["turn"], cfg.warmup, on_hold=on_hold)
     trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra, stages=stages)
     try:
-        caps = [g for g in (cfg.memory_limit, spec.get("share_gib")) if g is not None]
-        if caps:
+        if cfg.memory_limit is not None:
             # After the imports and the model are in: the cap is on what training may take in all.
-            cap_memory(min(caps), device)
+            cap_memory(cfg.memory_limit, device)
         result = trainer.train()
     finally:
         shutil.rmtree(trainer.args.output_dir, ignore_errors=True)  # nothing is saved there

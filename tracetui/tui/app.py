@@ -708,9 +708,7 @@ def sweep_subtitle(sweep) -> str:
     # a script's own settings come with its runs (run_started, run_settings), not tracetui's
     subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
                 else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-    if sweep.resident:
-        subtitle += f" · {sweep.resident} runs interleaved"
-    elif sweep.relay:
+    if sweep.relay:
         subtitle += " · head starts"
     return subtitle
 
@@ -832,7 +830,7 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
     same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
     import signal as _signal
 
-    from ..session import exit_status, kept_note, no_split_finished, report, say
+    from ..session import exit_status, no_split_finished, report, say
 
     if signum and not app.quit_reason:  # came as the app was closing
         app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
@@ -846,7 +844,6 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
         say(f"tracetui: events in {log.path}{took}")
     if app.written is not None:
         report(app.written)
-    kept_note()
     if log.incomplete:
         say(f"tracetui: error: {log.incomplete_message()}")
     interrupted = app.exit_code > 128

@@ -196,3 +196,20 @@ def test_repeats_and_until_confident_end_to_end(tmp_path):
         assert r["stopped_early"] == "True" and 8 <= int(r["steps_measured"]) < 2 * 59
         assert float(r["projected_s"]) == pytest.approx(500 * float(r["step_ms_median"]) / 1000, rel=1e-3)
     assert claims_or_holds_back(proc.stderr, "for effective batch 2 (")
+
+
+def test_a_split_measuring_while_its_next_run_is_built_reads_running_not_warming_up():
+    """A head start builds a split's next run while the current one measures: the split is
+    running (the most advanced of its live runs), not warming up."""
+    def started(rid):
+        return make("run_started", rid, label="2x2", micro_batch=2, grad_accum=2, effective_batch=4, world_size=1,
+                    rank=0, pid=1, env={"device": "cpu"}, config={"steps": 8, "warmup": 1})
+
+    def step(rid, n):
+        return make("step", rid, step=n, warmup=n == 1, wall_ms=10.0, host_ms=10.0, data_ms=1.0, forward_ms=[4.0],
+                    backward_ms=[4.0], optimizer_ms=1.0, other_ms=0.0, loss=1.5, tokens=64, samples=1)
+
+    results = Results().extend([started("s/2x2#1"), step("s/2x2#1", 1), step("s/2x2#1", 2), started("s/2x2#2")])
+    assert results.runs["s/2x2#1"].status == "running" and results.runs["s/2x2#2"].status == "warming up"
+    (row,) = summarise(results)
+    assert row["status"] == "running"

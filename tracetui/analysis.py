@@ -478,8 +478,11 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         walls = [s["wall_ms"] for s in measured]
         statuses = [r.status for r in runs]
         live = [st for st in statuses if st in ("queued", "warming up", "running")]
-        # still measuring while any run is; ok once one run is and none failed; else the failure
-        status = live[-1] if live else "ok" if "ok" in statuses else statuses[-1]
+        # still measuring while any run is (running before warming up before queued: a head start
+        # built beside a measuring run does not make its split look as if it were warming up);
+        # ok once one run is; else the failure
+        status = (next(st for st in ("running", "warming up", "queued") if st in live) if live
+                  else "ok" if "ok" in statuses else statuses[-1])
         failed = [st for st in statuses if st in FAIL_KINDS]
         row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,

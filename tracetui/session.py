@@ -338,11 +338,20 @@ def progress_printer(total_runs: int, steps: int):
     """Headless progress: one line per run start/end and per tenth of a run's steps."""
     from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
 
-    state: dict = {"n": 0, "steps": {}}
+    from .analysis import repeat_mark
+    from .knobs import SHORT
+    from .trial import Trial
+
+    state: dict = {"n": 0, "steps": {}, "labels": {}}
 
     def on_event(e: dict) -> None:
         t = e["type"]
-        label = e["run_id"].split("/", 1)[-1]
+        if t == RUN_STARTED:  # written as everywhere else: 1x4#2 ckpt=on (never the run id's slug)
+            try:
+                state["labels"][e["run_id"]] = Trial.from_fields(e).label(SHORT, repeat_mark(e["run_id"]))
+            except (KeyError, TypeError, ValueError):
+                pass
+        label = state["labels"].get(e["run_id"]) or e["run_id"].split("/", 1)[-1]
         if t == RUN_STARTED:
             if e.get("rank", 0) != 0:
                 return

@@ -295,6 +295,10 @@ class Turns:
                 return
 
 
+#: seconds a run may wait for its turn before it says it waits (and its GPU sampler pauses)
+SAID_AFTER_S = 0.05
+
+
 class Gate:
     """A run's side of :class:`Turns`: :meth:`take` blocks until the run holds the turn.
     ``on_hold(bool)`` is told when the run starts and stops waiting (its GPU sampler pauses:
@@ -327,11 +331,14 @@ class Gate:
         """Give the turn back (after the first time) and wait for it again. ``footprint``: GiB
         the process holds on its device (said once, with its first ask). Returns what the
         sweep sent with this turn, or None."""
-        self.on_hold(True)
         t0 = time.monotonic()
+        self.conn.send(("yield",) if self._asked else ("ready", os.getpid(), footprint))
+        self._asked = True
+        # a turn that comes at once (the first run's first) is no wait: nothing is said of it
+        waiting = not self.conn.poll(SAID_AFTER_S)
+        if waiting:
+            self.on_hold(True)
         try:
-            self.conn.send(("yield",) if self._asked else ("ready", os.getpid(), footprint))
-            self._asked = True
             while True:
                 msg = self.conn.recv()
                 if msg == "go":
@@ -340,7 +347,8 @@ class Gate:
                     return msg[1] if len(msg) > 1 else None
         finally:
             self.waited += time.monotonic() - t0
-            self.on_hold(False)
+            if waiting:
+                self.on_hold(False)
 
     def end(self) -> None:
         """No more steps: let the others go on once this process has exited."""

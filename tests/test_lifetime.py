@@ -389,7 +389,7 @@ def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
     assert "error" not in seen and "hung" not in seen, seen
     assert "t" in seen, f"the first split finished before its worker could be stopped: {err}"
     worker, stopped_at = seen["pid"], seen["t"]
-    assert proc.returncode == 0, err
+    assert proc.returncode == 1, err  # a run stalled: the sweep went on, but not cleanly
     ev = _events(runs)
     failed = [e for e in ev if e["type"] == "run_failed"]
     assert [e["kind"] for e in failed] == ["stalled"]

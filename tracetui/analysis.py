@@ -459,6 +459,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             continue
         groups.setdefault((run.machine, *run.trial.key()), []).append(run)
     crowded: dict[tuple, list[str]] = {}
+    failed_of: dict[tuple, list[RunData]] = {}
     for key, runs in list(groups.items()):
         # an attempt run again alone (out of memory beside a head start, or lost with its fork
         # server before its first step) is no run of the split (its steps neither), only its
@@ -467,6 +468,12 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         if kept and len(kept) < len(runs):
             crowded[key] = [r.message for r in runs if r.status in AGAIN_KINDS and r.message]
             groups[key] = kept
+        # a run that failed beside runs of its split that did not (killed mid-run, its repeat
+        # finished): its partial steps are not pooled with theirs; the row says it failed
+        counted = [r for r in kept if r.status not in FAIL_KINDS]
+        if counted and len(counted) < len(kept):
+            failed_of[key] = [r for r in kept if r.status in FAIL_KINDS]
+            groups[key] = counted
     rows: list[dict[str, Any]] = []
     boots_of: dict[tuple, list[float]] = {}
     medians = {key: run_medians(runs) for key, runs in groups.items()}
@@ -483,17 +490,21 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         # ok once one run is; else the failure
         status = (next(st for st in ("running", "warming up", "queued") if st in live) if live
                   else "ok" if "ok" in statuses else statuses[-1])
-        failed = [st for st in statuses if st in FAIL_KINDS]
+        failed = [st for st in statuses if st in FAIL_KINDS] + [r.status for r in failed_of.get(key, [])]
         row: dict[str, Any] = Row(
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
             status=status, runs=sum(1 for r in runs if r.status not in AGAIN_KINDS),
             steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
+            runs_failed=len(failed) or None, failed_kinds=failed,
         )
-        if failed and status == "ok":
-            row["message"] = "; ".join(x for x in (f"{failed[0]} in {len(failed)} of {len(runs)} runs",
-                                                    row["message"]) if x)
+        if failed and status != failed[-1]:
+            gone = failed_of.get(key, [])
+            what = (f"{failed[0]} in {len(failed)} of {len(runs) + len(gone)} runs"
+                    + (f" ({', '.join(r.trial.label(SHORT, repeat_mark(r.run_id)) + ': ' + (r.message or r.status) for r in gone)}"
+                       "; its steps are not pooled)" if gone else ""))
+            row["message"] = "; ".join(x for x in (what, row["message"]) if x)
         if walls:
             row["step_ms_median"] = median(walls)
             row["step_ms_p10"] = quantile(walls, 0.1)

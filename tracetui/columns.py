@@ -161,6 +161,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("final_loss", "loss", cell=_loss), Column("loss_drift_pct", unit="%"), Column("loss_ok"),
     Column("steps_measured", "steps", cell=_steps),
     Column("runs", "runs", cell=_runs, help="fresh-process runs pooled, with the spread of their medians"),
+    Column("runs_failed", help="runs of the trial that failed (a failed run's steps are not pooled with the others')"),
     Column("train_runtime_s", unit="s"), Column("repeat_spread_pct", unit="%"),
     Column("stopped_early"), Column("stop_reason"),
     Column("bound", "bound", cell=_bound), Column("evidence"),
@@ -222,7 +223,7 @@ def check_rows(rows: list[dict]) -> list[str]:
 #: row fields that are for the program, not for a table (the read-back settings as one dict,
 #: intermediate values of the analysis)
 _INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
-             "varied", "knob_values",
+             "varied", "knob_values", "failed_kinds",
              # scratch of summarise, gone before it returns: the loss curve, the run-level
              # log-median statistics of the speedup interval
              "loss_curve", "_mu", "_k", "_var", "_df"}

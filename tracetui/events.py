@@ -42,6 +42,9 @@ FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable"
 AGAIN_KINDS = ("crowded", "lost")
 #: every kind a run_failed may have: the failures, and the attempts run again
 RUN_FAILED_KINDS = FAIL_KINDS + AGAIN_KINDS
+#: failures nobody planned (not a memory bound, a skip, a setting unavailable here or a stop):
+#: a sweep with one exits 1, whatever else finished
+UNPLANNED_KINDS = ("crashed", "error", "stalled")
 
 _NUM = (int, float)
 _NONE = type(None)

@@ -75,7 +75,9 @@ class Written:
 
     def closing_lines(self) -> list[str]:
         """What the command says as it ends, in every mode (without the ``tracetui:`` prefix)."""
-        return ([f"error: {e}" for e in self.errors] + self.wrote + self.answer.lines() + self.handoff)
+        failed = [f"warning: {r['trial']}: {r['message'] or r['status']}" for r in self.rows
+                  if r.get("runs_failed") and set(r.get("failed_kinds") or ()) - {"skipped", "interrupted"}]
+        return ([f"error: {e}" for e in self.errors] + self.wrote + failed + self.answer.lines() + self.handoff)
 
 
 class Outputs:

@@ -394,7 +394,10 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
     """The exit status of a sweep, one rule for headless and the monitor: 2 when every run failed
     the same way before its first step (the settings), 128 + the signal when interrupted, 3 when
     events could not be written, 1 when the summary could not be written or no split finished
-    (``need_ok``: a sweep; a replay or a watch has nothing to finish), else 0."""
+    (``need_ok``: a sweep; a replay or a watch has nothing to finish) or a run failed in a way
+    nobody planned (crashed, an error, stalled: :data:`~tracetui.events.UNPLANNED_KINDS`), else 0."""
+    from .events import UNPLANNED_KINDS
+
     if same_failure and not signum:
         return EXIT_USAGE
     if interrupted or signum:
@@ -404,6 +407,8 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
     if write_error:
         return EXIT_NONE_OK
     if need_ok and not any(r.get("status") == "ok" for r in rows):
+        return EXIT_NONE_OK
+    if need_ok and any(k in UNPLANNED_KINDS for r in rows for k in r.get("failed_kinds") or ()):
         return EXIT_NONE_OK
     return EXIT_OK
 

@@ -36,7 +36,7 @@ def run_cli(*args, cwd=None, timeout=600, env=None):
 
 def cli_args(args) -> list[str]:
     args = [str(a) for a in args]
-    if "--repeats" not in args and not (args and args[0] in ("show", "watch")):
+    if "--repeats" not in args and not (args and args[0] in ("show", "watch", "run")):
         cut = args.index("--") if "--" in args else len(args)
         args = args[:cut] + ["--repeats", "1"] + args[cut:]
     return args

@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Measure how to split an effective batch into micro-batch x gradient accumulation for LoRA "
         "fine-tuning (transformers + TRL + PEFT). With no --export, opens the live terminal UI. "
         "Subcommands: watch (attach to scripts using TraceCallback), show FILE.jsonl..., "
-        "sweep -- python train.py ARGS."))
+        "sweep -- python train.py ARGS (once per split), run -- python train.py ARGS (once, measured)."))
     p.add_argument("--version", action="version", version=f"tracetui {__version__}")
     add_arguments(p)
     add_output_args(p)
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] in ("show", "watch", "sweep"):
+        if argv and argv[0] in ("show", "watch", "sweep", "run"):
             from . import commands
 
             return getattr(commands, f"{argv[0]}_main")(argv[1:])

@@ -1,5 +1,6 @@
 """The subcommands beside the sweep: ``show`` (replay logs), ``watch`` (listen for attached
-scripts) and ``sweep`` (run an unmodified training script once per split)."""
+scripts), ``sweep`` (run an unmodified training script once per split) and ``run`` (run one
+unmodified command once, measured)."""
 
 from __future__ import annotations
 
@@ -164,17 +165,95 @@ def _sweep_parser() -> Parser:
     return p
 
 
+def _command_after_dashes(argv: list[str], name: str, parser) -> tuple[list[str], list[str]]:
+    """``own flags -- the user's command``; ``--help`` without a command prints the help."""
+    if "--" not in argv:
+        if any(a in ("-h", "--help") for a in argv):
+            parser().parse_args(["--help"])  # prints the help and exits 0
+        raise UsageError(f"{name}: give the training command after --, e.g. tracetui {name} -- python train.py")
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
+def _run_parser() -> Parser:
+    p = Parser(prog="tracetui run", description=(
+        "Run one unmodified training command once, with tracetui's probe attached to every "
+        "transformers Trainer it builds, and show it live (or headless with --export): its own "
+        "split and settings, no sweep. Usage: tracetui run -- trl sft ARGS, or -- python train.py ARGS. "
+        "The command's output goes to a file beside the events."))
+    p.add_argument("--runs-dir", default="tracetui_runs", help="where the events and the command's output go")
+    p.add_argument("--warmup", type=int, default=3, help="optimizer steps measured but not counted")
+    add_output_args(p, answer=True)
+    return p
+
+
+def run_main(argv: list[str]) -> int:
+    import shlex
+    import shutil
+
+    from .analysis import Results
+    from .runner.command import CommandRun
+    from .runner.script import check_script_exists
+    from .session import StopSignals, progress_printer, say
+
+    own, cmd = _command_after_dashes(argv, "run", _run_parser)
+    ns = _run_parser().parse_args(own)
+    if not cmd:
+        raise UsageError("run: no training command given; write it after --, e.g. -- python train.py")
+    if ns.warmup < 0:
+        raise UsageError(f"--warmup: must be 0 or more, got {ns.warmup}; give e.g. --warmup 3")
+    if shutil.which(cmd[0]) is None:
+        raise UsageError(f"run: {cmd[0]} is not a command here (not on PATH, not an executable file)")
+    try:
+        check_script_exists(cmd)
+    except ConfigError as exc:
+        raise UsageError(str(exc).replace("sweep:", "run:", 1)) from None
+    _check_outputs(ns)
+    try:
+        run = CommandRun(cmd, ns.runs_dir, ns.warmup)
+    except OSError as exc:
+        raise UsageError(f"--runs-dir: cannot write {ns.runs_dir} ({exc.strerror}); choose a writable folder") from None
+    outputs = Outputs.from_args(ns, run.log.path)
+    if not ns.export:
+        from .tui.app import run_command_app
+
+        return run_command_app(run, outputs)
+    from .tui.app import command_status
+
+    results = Results()
+    printer = progress_printer(0, 0)
+
+    def on_event(e: dict) -> None:
+        results.add(e)
+        printer(e)
+
+    signals = StopSignals(stop=run.stop)  # Ctrl-C, SIGTERM or an SSH drop: stop the command, write
+    try:
+        say(f"tracetui: running {shlex.join(cmd)}; its output -> {run.output_path}; events -> {run.log.path}")
+        try:
+            run.start(on_event)
+        except OSError as exc:
+            raise UsageError(f"run: cannot start {cmd[0]} ({exc.strerror or exc})") from None
+        run.wait()
+        run.close()
+        say(f"tracetui: {run.ended_line()}")
+        if not results.runs:
+            say("tracetui: no transformers Trainer reported to the probe: nothing was measured "
+                "(is it a Trainer/TRL script? see the command's output)")
+        status = write_and_report(results, outputs, str(run.log.path), run.log)
+        if signals.signum:
+            return 128 + signals.signum
+        return command_status(run, status)
+    finally:
+        signals.release()
+
+
 def sweep_main(argv: list[str]) -> int:
     from .session import load_config, run_headless
     from .config import ConfigError
     from .runner.script import ScriptSweep, check_command, check_script_exists
 
-    if "--" not in argv:
-        if any(a in ("-h", "--help") for a in argv):
-            _sweep_parser().parse_args(["--help"])  # prints the help and exits 0
-        raise UsageError("sweep: give the training command after --, e.g. tracetui sweep -- python train.py")
-    i = argv.index("--")
-    own, cmd = argv[:i], argv[i + 1:]
+    own, cmd = _command_after_dashes(argv, "sweep", _sweep_parser)
     ns = _sweep_parser().parse_args(own)
     try:
         check_command(cmd)

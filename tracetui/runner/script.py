@@ -58,6 +58,37 @@ def check_script_exists(cmd: list[str]) -> None:
             raise ConfigError("sweep", f"{arg} does not exist", "give the training script's path")
 
 
+_shim: list[str] = []
+
+
+def _package_shim() -> str:
+    """A folder that holds tracetui alone (a link to this package): what a user's script gets on
+    its import path, so that tracetui imports there whether or not it is installed in the
+    script's interpreter, and nothing beside the package (this checkout's ``tests``, say) can
+    shadow a module of the user's. One per process, removed at its exit."""
+    if not _shim:
+        folder = tempfile.mkdtemp(prefix="tracetui-path-")
+        atexit.register(shutil.rmtree, folder, True)
+        os.symlink(Path(__file__).resolve().parent.parent, os.path.join(folder, "tracetui"))
+        _shim.append(folder)
+    return _shim[0]
+
+
+def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:
+    """The environment of a user's command measured by tracetui (``sweep``, ``run``): the
+    probe's ``sitecustomize`` and tracetui first on ``PYTHONPATH`` (the user's own after them),
+    the socket its events go to, the warm-up steps not counted, this process as the owner its
+    Python processes die with, and NVLink multicast off for any NCCL job (shared GPU hosts)."""
+    inject = str(Path(__file__).resolve().parent.parent / "inject")
+    path = [inject, _package_shim()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = dict(os.environ, TRACETUI_SOCKET=socket_path, TRACETUI_WARMUP=str(warmup), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(path), **extra)
+    for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+        env.setdefault(k, v)
+    env[OWNER_ENV] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
+    return env
+
+
 def script_notes(varied: dict) -> list[str]:
     """What to know about the varied settings' flags on a user's script (one line each)."""
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
@@ -109,23 +140,14 @@ class ScriptSweep(SweepBase):
         return script_command(self.cmd, spec.trial)
 
     def _run_one(self, spec: RunSpec) -> str:
-        inject = str(Path(__file__).resolve().parent.parent / "inject")
-        pkg_root = str(Path(__file__).resolve().parent.parent.parent)
-        env = dict(os.environ, TRACETUI_SOCKET=self.socket_path, TRACETUI_RUN_ID=spec.run_id,
-                   TRACETUI_VARIED=json.dumps(spec.trial.settings_dict),
-                   TRACETUI_WARMUP=str(self.cfg.warmup), PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join([inject, pkg_root] + ([os.environ["PYTHONPATH"]]
-                                                                    if os.environ.get("PYTHONPATH") else [])))
+        env = probe_env(self.socket_path, self.cfg.warmup, TRACETUI_RUN_ID=spec.run_id,
+                        TRACETUI_VARIED=json.dumps(spec.trial.settings_dict))
         if self.cfg.until_confident is not None:
             refs = self.references(spec)
             env.update(TRACETUI_UNTIL_CONFIDENT=f"{self.cfg.until_confident}:{self.cfg.min_steps}",
                        TRACETUI_REFERENCES=json.dumps(refs))
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
-        # NVLink multicast stays off for every NCCL job we start (shared GPU hosts).
-        for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
-            env.setdefault(k, v)
-        env[OWNER_ENV] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         child = CommandChild(self.command_for(spec), env, self._inbox, log_path)
         child.memory_limit = self.memory_capped()

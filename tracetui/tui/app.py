@@ -29,7 +29,7 @@ from ..analysis import Results
 from ..outputs import Outputs, output_format
 from ..probe.settings import describe
 from ..trial import Trial, format_value as fmt_value
-from .sources import Inbox, ReplaySource, Source, SweepSource, WatchSource
+from .sources import CommandSource, Inbox, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
                       Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
                       phase_legend, row_of, run_name)
@@ -911,6 +911,43 @@ def run_watch(path: str, log, outputs: Outputs) -> int:
                            need_ok=False)
     finally:
         signals.release()
+
+
+def run_command_app(run, outputs: Outputs) -> int:
+    """Open the monitor on one unmodified command (``tracetui run``); as it closes, stop the
+    command if it still runs, write the outputs and say the answer. The exit status is the
+    command's when it failed, else the outputs' (as a watch's)."""
+    import shlex
+
+    from ..session import exit_status, report, say
+
+    why = no_terminal()
+    if why:
+        run.close()
+        return _refuse(why)
+    line = shlex.join(run.cmd)
+    app = TraceApp(CommandSource(run), subtitle=f"run {line[:80]}", outputs=outputs,
+                   idle=f"running {line[:120]}: waiting for its Trainer's first step (its output: {run.output_path})")
+    signals = _quit_on_signals(app)
+    try:
+        _run_on_terminal(app)
+    finally:
+        signals.release()
+        run.stop()
+        run.close()
+    say(f"tracetui: {run.ended_line()}; events in {run.log.path}")
+    if app.written is not None:
+        report(app.written)
+    return command_status(run, exit_status(app.rows, signum=signals.signum, incomplete=run.log.incomplete,
+                                            write_error=app.write_failed, need_ok=False))
+
+
+def command_status(run, status: int) -> int:
+    """``tracetui run``'s exit status: the command's own when it failed (not stopped by us), else ``status``."""
+    rc = run.returncode
+    if status == 0 and rc and not run.stopped:
+        return rc if rc > 0 else 128 - rc
+    return status
 
 
 def watch_idle(path: str) -> str:

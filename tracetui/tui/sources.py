@@ -157,3 +157,36 @@ class WatchSource(Source):
     def describe(self) -> str:
         drops = self.listener.describe_drops() if self.listener else ""
         return f"watching {self.path}" + (f" · {drops}" if drops else "")
+
+
+class CommandSource(Source):
+    """One unmodified command run with the probe attached (``tracetui run``,
+    :class:`~tracetui.runner.command.CommandRun`): done when the command ends."""
+
+    live = True
+
+    def __init__(self, run) -> None:
+        self.run = run
+
+    def start(self, inbox: Inbox) -> None:
+        self.run.start(inbox.put)
+
+        def ended() -> None:
+            self.run.wait()
+            if self.on_done is not None:
+                self.on_done()
+
+        threading.Thread(target=ended, name="tracetui-run-end", daemon=True).start()
+
+    def running(self) -> bool:
+        return self.run.running()
+
+    def stop(self) -> None:
+        # SIGTERM, then SIGKILL after a grace: never on the screen's thread
+        threading.Thread(target=self.run.stop, name="tracetui-run-stop", daemon=True).start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.run.wait(timeout)
+
+    def describe(self) -> str:
+        return str(self.run.log.path)

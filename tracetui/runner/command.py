@@ -1,0 +1,107 @@
+"""``tracetui run -- CMD``: one unmodified training command, run once with the probe attached.
+
+No sweep: the command runs as the user wrote it (its own split and settings), with the probe's
+``sitecustomize`` on its import path (:func:`~tracetui.runner.script.probe_env`), which adds a
+``TraceCallback`` to every transformers ``Trainer`` it builds. The callback's events come over a
+private socket, as they do for ``tracetui watch``; the command's own output goes to a file beside
+them, so that it never draws over the monitor.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable
+
+from ..store import EventLog
+from .script import probe_env
+from .sweep import new_sweep_id
+
+#: seconds a stopped command has after SIGTERM before SIGKILL
+STOP_GRACE_S = 10.0
+
+
+class CommandRun:
+    def __init__(self, cmd: list[str], runs_dir: str, warmup: int = 3):
+        self.cmd = list(cmd)
+        self.warmup = warmup
+        self.id = new_sweep_id()
+        self.dir = Path(runs_dir) / f"run-{self.id}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log = EventLog(self.dir / "events.jsonl")
+        self.output_path = self.dir / "command.log"
+        # a private socket: its folder is made 0700 by the listener, removed on every way out
+        self._sockdir = tempfile.mkdtemp(prefix="tracetui-run-")
+        atexit.register(shutil.rmtree, self._sockdir, True)
+        self.socket_path = os.path.join(self._sockdir, "run.sock")
+        self.listener = None
+        self.proc: subprocess.Popen | None = None
+        #: the command's exit status once it has ended (negative: the signal that ended it)
+        self.returncode: int | None = None
+        self.stopped = False
+        self._ended = threading.Event()
+
+    def start(self, on_event: Callable[[dict], None]) -> None:
+        """Listen, then start the command; returns at once. Raises ``OSError`` if it cannot start."""
+        from ..attach import SocketListener
+
+        def take(e: dict) -> None:
+            self.log.append(e)
+            on_event(e)
+
+        self.listener = SocketListener(self.socket_path, take).start()
+        with open(self.output_path, "wb") as out:
+            try:
+                self.proc = subprocess.Popen(self.cmd, env=probe_env(self.socket_path, self.warmup), stdin=subprocess.DEVNULL,
+                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError:
+                self.close()
+                raise
+        threading.Thread(target=self._wait, name="tracetui-run", daemon=True).start()
+
+    def _wait(self) -> None:
+        self.returncode = self.proc.wait()
+        self._ended.set()
+
+    def running(self) -> bool:
+        return self.proc is not None and not self._ended.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the command has ended (True), or ``timeout`` seconds have passed."""
+        return self._ended.wait(timeout)
+
+    def stop(self) -> None:
+        """SIGTERM to the command's process group, SIGKILL if it is still there after
+        :data:`STOP_GRACE_S` (a trainer that ignores SIGTERM mid-step)."""
+        self.stopped = True
+        if not self.running():
+            return
+        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            if self.wait(wait):
+                return
+
+    def close(self) -> None:
+        """Stop listening (what arrived is in the log) and remove the socket's folder."""
+        if self.listener is not None:
+            self.listener.close()
+        self.log.close()
+        shutil.rmtree(self._sockdir, ignore_errors=True)
+
+    def ended_line(self) -> str:
+        """How the command ended, in words."""
+        rc = self.returncode
+        if rc is None:
+            return f"the command did not start: {self.cmd[0]}"
+        how = (f"was stopped ({signal.Signals(-rc).name})" if rc < 0 and self.stopped
+               else f"ended by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}")
+        return f"the command {how}; its output is in {self.output_path}"

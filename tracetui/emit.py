@@ -63,12 +63,11 @@ def trl_parser(program: str = "trl sft"):
     SFT script's, whose dataclasses a TRL LoRA script parses."""
     import importlib
 
-    name = program.split(" ", 1)[1] if program.startswith("trl ") else "sft"
+    name = program[len("trl "):] if program.startswith("trl ") else "sft"
     try:
-        module = importlib.import_module(f"trl.scripts.{name}")
-    except ImportError:
-        module = importlib.import_module("trl.scripts.sft")
-    make = getattr(module, "make_parser", None) or importlib.import_module("trl.scripts.sft").make_parser
+        make = importlib.import_module(f"trl.scripts.{name}").make_parser
+    except (ImportError, AttributeError):  # no TRL script of that name: the SFT one
+        make = importlib.import_module("trl.scripts.sft").make_parser
     return make(prog=program or "trl sft")
 
 
@@ -120,7 +119,7 @@ def _groups(args: list[str]) -> list[list[str]]:
     """``args`` cut before each flag: ``--lora_target_modules q_proj v_proj`` is one group."""
     out: list[list[str]] = []
     for arg in args:
-        if arg.startswith("-") and not _number(arg) or not out:
+        if not out or (arg.startswith("-") and not _number(arg)):
             out.append([arg])
         else:
             out[-1].append(arg)
@@ -138,7 +137,8 @@ def _number(text: str) -> bool:
 def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple[list[str], str]]]:
     """What ``args`` (a script's arguments) set, as ``parser`` (an ``HfArgumentParser``) reads
     them: field -> value for every field given (a ``--config FILE`` first, as ``TrlParser`` reads
-    it, the flags over it), and what the parser could not read: ``(arguments, why)`` each."""
+    it, the flags over it), and what the parser could not read: ``(arguments, why)`` each.
+    ``parser`` is changed (its defaults removed): give a fresh one (:func:`trl_parser`)."""
     import yaml
 
     for action in parser._actions:  # only what is given comes back: no defaults, nothing required

@@ -1,45 +1,280 @@
 """``--emit-config FILE``: the recommendation as a TRL config file.
 
 ``trl sft --config FILE`` reads a YAML file whose keys are the fields of TRL's
-``ScriptArguments``, ``SFTConfig`` and ``ModelConfig``. The file holds the recommended split,
-every speed setting at the value tracetui measured (defaults included: TRL's differ from
-transformers', so a setting left out is not "off"), and the LoRA, precision, length and data
-settings of the sweep, so the fine-tune runs as it was measured.
+``ScriptArguments``, ``SFTConfig``, ``ModelConfig`` and ``DatasetMixtureConfig``; a key that is
+none of them is handed on to ``accelerate launch``, which refuses it. So the file holds only
+fields of the installed TRL and transformers, read from their dataclasses when it is written,
+each setting under the name the installed release gives it (:data:`RENAMED`); a setting the
+installed release cannot express is said in the notes, never written as an unknown key.
+
+What goes in:
+
+* a script sweep (``tracetui sweep -- trl sft ARGS``, ``-- python train.py ARGS``): every
+  argument the script was given, read with TRL's own parser (a ``--config`` file of the command
+  included, as ``TrlParser`` reads it), then the measured split and the compared settings over
+  them. tracetui's own defaults (model, data, LoRA, learning rate ...) never enter: the script
+  trained with its own. What the parser does not know is named in the notes, with where to set it.
+* a built-in sweep: the recommended split, every speed setting at the value tracetui measured
+  (defaults included: TRL's differ from transformers', so a setting left out is not "off"), and
+  the LoRA, precision, length and data settings of the sweep, so the fine-tune runs as measured.
+
+Imports TRL and transformers only inside the functions that read their fields.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+import dataclasses
+import enum
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any, Collection
 
 from .analysis import sft_arguments
-from .config import SweepConfig, dataset_kind, model_kind
+from .config import DATA_SUFFIXES, SweepConfig, dataset_kind, model_kind
 from .knobs import model_args
+from .runner.script import script_command, script_parts
+from .trial import Trial
+
+#: fields renamed between releases, the newest name first: a setting is written under the first
+#: name of its group that the installed release has (transformers 5.2x: ``activation_*``, before:
+#: ``gradient_*``; TRL: ``max_length`` was ``max_seq_length``, ``dtype`` was ``torch_dtype``)
+RENAMED: tuple[tuple[str, ...], ...] = (
+    ("activation_checkpointing", "gradient_checkpointing"),
+    ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
+    ("max_length", "max_seq_length"),
+    ("dtype", "torch_dtype"),
+    ("eval_strategy", "evaluation_strategy"),
+)
+_GROUP = {name: group for group in RENAMED for name in group}
+
+#: keys of a TRL config file that are no dataclass field: ``TrlParser`` reads them itself
+#: (``env``: environment variables set before training)
+FILE_KEYS = frozenset({"env"})
+
+SET_ME = "SET-ME"
 
 
-def trl_config(row: dict, cfg: SweepConfig) -> tuple[dict[str, Any], list[str]]:
-    """The config for ``row``'s trial, and what the user must fill in themselves (comments)."""
+def trl_parser(program: str = "trl sft"):
+    """TRL's own parser of ``program``: ``trl NAME`` -> ``trl/scripts/NAME.py``'s ``make_parser``
+    (what ``trl NAME`` parses with); anything else (a user's ``HfArgumentParser`` script) -> the
+    SFT script's, whose dataclasses a TRL LoRA script parses."""
+    import importlib
+
+    name = program[len("trl "):] if program.startswith("trl ") else "sft"
+    try:
+        make = importlib.import_module(f"trl.scripts.{name}").make_parser
+    except (ImportError, AttributeError):  # no TRL script of that name: the SFT one
+        make = importlib.import_module("trl.scripts.sft").make_parser
+    return make(prog=program or "trl sft")
+
+
+def installed_fields(parser=None) -> set[str]:
+    """The keys a TRL config file may hold here: the fields of the installed dataclasses that
+    ``parser`` (default: ``trl sft``'s) reads, and :data:`FILE_KEYS`."""
+    parser = parser or trl_parser()
+    return {f.name for cls in parser.dataclass_types for f in dataclasses.fields(cls)} | FILE_KEYS
+
+
+def _versions() -> str:
+    import transformers
+    import trl
+
+    return f"TRL {trl.__version__}, transformers {transformers.__version__}"
+
+
+def installed_names(settings: dict[str, Any], fields: Collection[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``settings`` under the names ``fields`` has (:data:`RENAMED`), and those it has no name for."""
+    out: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = next((n for n in _GROUP.get(key, (key,)) if n in fields), None)
+        if name is None:
+            missing[key] = value
+        else:
+            out[name] = value
+    return out, missing
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a YAML type that ``yaml.safe_dump`` writes and TRL's parser takes back."""
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _groups(args: list[str]) -> list[list[str]]:
+    """``args`` cut before each flag: ``--lora_target_modules q_proj v_proj`` is one group."""
+    out: list[list[str]] = []
+    for arg in args:
+        if not out or (arg.startswith("-") and not _number(arg)):
+            out.append([arg])
+        else:
+            out[-1].append(arg)
+    return out
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple[list[str], str]]]:
+    """What ``args`` (a script's arguments) set, as ``parser`` (an ``HfArgumentParser``) reads
+    them: field -> value for every field given (a ``--config FILE`` first, as ``TrlParser`` reads
+    it, the flags over it), and what the parser could not read: ``(arguments, why)`` each.
+    ``parser`` is changed (its defaults removed): give a fresh one (:func:`trl_parser`)."""
+    import yaml
+
+    for action in parser._actions:  # only what is given comes back: no defaults, nothing required
+        if action.dest != "help":
+            action.default, action.required = argparse.SUPPRESS, False
+
+    def refuse(message: str):
+        raise ValueError(message)
+
+    parser.error = refuse  # an argparse error is kept with the flag it names, not an exit
+    args = list(args)
+    given: dict[str, Any] = {}
+    unmapped: list[tuple[list[str], str]] = []
+    if "--config" in args:  # as TrlParser.parse_args_and_config reads it
+        at = args.index("--config")
+        path = args[at + 1] if at + 1 < len(args) else ""
+        del args[at:at + 2]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                loaded = yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"the command's --config {path!r} cannot be read ({exc}); "
+                             "give a readable YAML file") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"the command's --config {path!r} is not a YAML mapping; give TRL's config format")
+        dests = {a.dest for a in parser._actions}
+        for key, value in loaded.items():
+            if key in dests or key in FILE_KEYS:
+                given[key] = value
+            else:  # what TrlParser hands on as flags
+                unmapped.append(([f"--{key}", str(value)], f"from {path}"))
+    for group in _groups(args):
+        if not group[0].startswith("-"):
+            unmapped.append((group, "not a flag"))
+            continue
+        try:
+            ns, rest = parser.parse_known_args(group)
+        except ValueError as exc:
+            unmapped.append((group, str(exc)))
+            continue
+        given.update(vars(ns))
+        if rest:
+            unmapped.append((rest, "unknown"))
+    return given, unmapped
+
+
+def trl_config(row: dict, cfg: SweepConfig, cmd: list[str] | None = None, *,
+               fields: Collection[str] | None = None, path: str = "FILE") -> tuple[dict[str, Any], list[str]]:
+    """The config for ``row``'s trial, and what the user must read and set themselves.
+
+    ``cmd``: the training command of a script sweep (after ``--``); None for a built-in sweep.
+    ``fields``: the keys the config may hold (default: the installed TRL's and transformers'
+    fields, :func:`installed_fields`). ``path``: the file's name in the notes."""
+    notes = [f"tracetui's recommendation: {row.get('trial') or row['split']} at effective batch "
+             f"{row['effective_batch']} on {row['machine']} ({row['step_ms_median']:.1f} ms/step)"
+             if row.get("step_ms_median") else f"tracetui: {row.get('trial')}"]
+    parser = trl_parser(script_parts(cmd)[1] if cmd else "trl sft")
+    fields = installed_fields(parser) if fields is None else set(fields)
+    if cmd:
+        layers, more = _script_layers(row, cmd, parser, path)
+    else:
+        layers, more = _builtin_layers(row, cfg)
+    out: dict[str, Any] = {}
+    missing: dict[str, str] = {}
+    for layer in layers:  # each under the installed names, the later over the earlier
+        named, left = installed_names(layer, fields)
+        out.update(named)
+        for key, value in left.items():  # one line for a setting and its older names
+            missing[_GROUP.get(key, (key,))[0]] = f"{key}={value!r}"
+    for said in missing.values():
+        notes.append(f"not written: {said} has no field in {_versions()} (nor under a name it had "
+                     "before): set it in your training code, or use a release that has it")
+    notes += more
+    return {k: _plain(v) for k, v in out.items()}, notes
+
+
+def _script_layers(row: dict, cmd: list[str], parser, path: str) -> tuple[list[dict], list[str]]:
+    """A script sweep: what the script was given, then the measured split and settings over it."""
+    launcher, program, args = script_parts(cmd)
+    given, unmapped = given_arguments(parser, args)
+    # The script got the split and the varied settings as flags (script_command), nothing of
+    # tracetui's own defaults: those stay out.
+    measured = sft_arguments({**row, "knob_values": {}})
+    measured.update(model_args(dict(row.get("varied") or {})))
+    notes: list[str] = []
+    classes = ", ".join(c.__name__ for c in parser.dataclass_types)
+    run = program if program.startswith("trl ") else "trl sft"
+    if unmapped:
+        said = "; ".join(f"{shlex.join(tokens)} ({why})" for tokens, why in unmapped)
+        rest = shlex.join([t for tokens, _why in unmapped for t in tokens])
+        notes.append(f"could not map: {said}: no field of {classes} in {_versions()}, so not in this file; "
+                     f"pass them beside it ({run} --config {path} {rest}) or set them in your script")
+    if not program.startswith("trl "):
+        what = program or shlex.join(cmd)
+        notes.append(f"measured as {what}: this file holds the arguments of it that {classes} read; run "
+                     f"{run} --config {path}, or {what} --config {path} where the script reads --config "
+                     "(TrlParser.parse_args_and_config)")
+    if launcher and not os.path.basename(launcher[0]).startswith("python"):
+        notes.append(f"launched with {shlex.join(launcher)}: launch the real run the same way")
+    notes.append(f"the measured command: {shlex.join(winning_command(cmd, row))}")
+    if "max_steps" in given:
+        notes.append(f"max_steps={given['max_steps']} is the measured command's: set the real run's "
+                     "length (max_steps or num_train_epochs)")
+    return [given, measured], notes
+
+
+def _builtin_layers(row: dict, cfg: SweepConfig) -> tuple[list[dict], list[str]]:
+    """A built-in sweep: the model, data, LoRA and trainer settings tracetui trained with."""
     values = dict(row.get("knob_values") or {})
     values.update(row.get("varied") or {})
     out: dict[str, Any] = {}
-    notes: list[str] = [f"tracetui's recommendation: {row.get('trial') or row['split']} at effective batch "
-                        f"{row['effective_batch']} on {row['machine']} "
-                        f"({row['step_ms_median']:.1f} ms/step)" if row.get("step_ms_median") else
-                        f"tracetui: {row.get('trial')}"]
+    notes: list[str] = []
     if model_kind(cfg.model) == "preset":
         notes.append(f"measured on the built-in {cfg.model!r} preset (random weights): set "
                      "model_name_or_path to the published model of that shape")
-        out["model_name_or_path"] = "SET-ME"
+        out["model_name_or_path"] = SET_ME
     else:
         out["model_name_or_path"] = cfg.model
-    if dataset_kind(cfg.dataset) == "hub":
+    kind = dataset_kind(cfg.dataset)
+    if kind == "hub":
         out["dataset_name"] = cfg.dataset
         out["dataset_train_split"] = cfg.dataset_split
+    elif kind == "file" and Path(cfg.dataset).suffix.lower() in DATA_SUFFIXES:
+        # trl sft cannot load a file through dataset_name; its data set mixture can
+        out["datasets"] = [{"path": DATA_SUFFIXES[Path(cfg.dataset).suffix.lower()],
+                            "data_files": str(Path(cfg.dataset).resolve()), "split": "train",
+                            "columns": [cfg.text_field]}]
     else:
         notes.append(f"measured on {cfg.dataset!r}: set dataset_name to your data set")
-        out["dataset_name"] = "SET-ME"
+        out["dataset_name"] = SET_ME
+    out["dataset_text_field"] = cfg.text_field
     out.update(sft_arguments(row))
     model = model_args(values)
-    out["attn_implementation"] = model.get("attn_implementation", values.get("attn_implementation"))
+    attn = model.get("attn_implementation", values.get("attn_implementation"))
+    if attn is not None:
+        out["attn_implementation"] = attn
     if model.get("load_in_4bit"):
         out["load_in_4bit"] = True
         out["bnb_4bit_quant_type"] = "nf4"
@@ -57,20 +292,46 @@ def trl_config(row: dict, cfg: SweepConfig) -> tuple[dict[str, Any], list[str]]:
     if row.get("machine") == "CPU":
         out["use_cpu"] = True
         notes.append("measured on the CPU: drop use_cpu for a GPU")
-    out["output_dir"] = "SET-ME"
+    out["output_dir"] = SET_ME
     notes.append("set output_dir (and max_steps or num_train_epochs) for the real run")
-    return out, notes
+    return [out], notes
+
+
+def winning_command(cmd: list[str], row: dict) -> list[str]:
+    """The user's command as the recommended trial ran it: its split and varied settings as
+    flags (:func:`tracetui.runner.script.script_command`, the command each trial was given)."""
+    return script_command(list(cmd), Trial.from_fields(row))
 
 
 def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
+    """Write :func:`trl_config`'s file to ``path`` (the notes as comments at its top) and return
+    the notes. Written whole or not at all: a temporary file in the same folder, then renamed
+    over ``path``. A symbolic link or anything but a regular file at ``path`` is refused
+    (:class:`ValueError`), never written through."""
     import yaml
 
-    data, notes = trl_config(row, cfg)
-    text = "".join(f"# {n}\n" for n in notes) + yaml.safe_dump(data, sort_keys=False)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    import os
-
-    os.replace(tmp, path)
-    return []
+    if os.path.islink(path):
+        raise ValueError(f"--emit-config: {path} is a symbolic link; give the path of a regular file "
+                         "(tracetui does not write through links)")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise ValueError(f"--emit-config: {path} exists and is not a regular file; give a file path")
+    data, notes = trl_config(row, cfg, cmd, path=path)
+    text = "".join(f"# {' '.join(n.splitlines())}\n" for n in notes)
+    text += yaml.safe_dump(data, sort_keys=False)
+    folder = os.path.dirname(os.path.abspath(path))
+    mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return notes

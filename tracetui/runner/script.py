@@ -94,6 +94,23 @@ def script_notes(varied: dict) -> list[str]:
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
 
 
+def script_parts(cmd: list[str]) -> tuple[list[str], str, list[str]]:
+    """``cmd`` as ``(launcher, program, arguments)``: what starts the script, the script, and the
+    arguments its own parser reads. ``trl sft ARGS`` -> ``([], "trl sft", ARGS)``;
+    ``accelerate launch --num_processes 2 train.py ARGS`` -> ``(["accelerate", "launch",
+    "--num_processes", "2"], "train.py", ARGS)``; ``python -m pkg.train ARGS`` ->
+    ``(["python", "-m"], "pkg.train", ARGS)``. A command with no script found is all
+    arguments of an unknown program (``""``)."""
+    if cmd and os.path.basename(cmd[0]) == "trl" and len(cmd) > 1:
+        return [], f"trl {cmd[1]}", cmd[2:]
+    for i, arg in enumerate(cmd):
+        if arg.endswith(".py"):
+            return cmd[:i], arg, cmd[i + 1:]
+        if arg == "-m" and i + 1 < len(cmd):
+            return cmd[:i + 1], cmd[i + 1], cmd[i + 2:]
+    return [], "", list(cmd)
+
+
 def script_command(cmd: list[str], t: Trial) -> list[str]:
     """The user's command for one trial: its split, and its varied settings, as flags."""
     return cmd + [SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)] + script_args(t.settings_dict)

@@ -320,10 +320,10 @@ def test_script_sweep_file_trains_as_measured(tiny_local, tmp_path):
     assert set(data) <= installed_fields()
     assert any(n.startswith("the measured command: ") for n in notes)
     swept = yaml.safe_load((tmp_path / "sweep.yaml").read_text())
-    if swept["model_name_or_path"] != "SET-ME":  # the sweep's own file, once it is given the command
-        assert swept == data
+    assert swept == data  # the sweep's own file is the script's arguments, the recommendation over them
+    assert f"tracetui: the recommendation's command: {shlex.join(winning_command(cmd, best))}" in proc.stderr
 
-    args, adapter = train_from(path, tmp_path, tmp_path / "emitted")
+    args, adapter = train_from(tmp_path / "sweep.yaml", tmp_path, tmp_path / "emitted")
     assert_as_measured(args, adapter, best)
     assert (adapter["r"], sorted(adapter["target_modules"]), adapter["lora_alpha"]) == (8, ["q_proj", "v_proj"], 16)
     assert (args.learning_rate, args.max_length) == (1e-4, 64)  # the command's, over its config file's

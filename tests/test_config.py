@@ -15,7 +15,7 @@ def _err(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--splits", "3x2"], "--splits: 3x2 multiplies to 6"),
+    (["--splits", "3x2", "--effective-batch", "4"], "--splits: 3x2 multiplies to 6"),
     (["--splits", "2y2"], "--splits: '2y2' is not MICROxACCUM"),
     (["--splits", "0x4"], "zero factor"),
     (["--splits", "1x4,1x4"], "listed twice"),
@@ -114,8 +114,22 @@ def test_error_names_field():
     assert exc.value.field == "--warmup"
 
 
+def test_splits_without_an_effective_batch_set_it():
+    """``--splits 1x8,8x1`` alone compares at 8 (the splits' own), two products give two."""
+    from tracetui.cli import build_parser
+    from tracetui.config import from_args
+
+    def effective(*argv):
+        return from_args(build_parser().parse_args(list(argv))).effective_batch
+
+    assert effective("--splits", "1x8,8x1") == [8]
+    assert effective("--splits", "1x8,2x2,8x1") == [8, 4]
+    assert effective("--splits", "1x8,8x1", "--effective-batch", "8,16") == [8, 16]
+    assert effective() == [4]  # no splits given: the default
+
+
 def test_cli_subprocess_no_traceback():
-    proc = run_cli("--export", "csv", "--splits", "3x3")
+    proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "8")
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("tracetui: error: --splits")
     assert "Traceback" not in proc.stderr

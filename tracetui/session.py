@@ -297,9 +297,12 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
         raise
 
 
-def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
+def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig, list]:
     """The validated config and its splits; ``deep`` also checks model, data and device (not
-    for ``sweep``, where the script owns those)."""
+    for ``sweep``, where the script owns those). ``defer``: where those checks run in a process
+    forked from the fork server (which imports torch, transformers and TRL: seconds), start the
+    server and leave them to :func:`deferred_checks`, so that the monitor can open at once and
+    say what it waits for; ``ns.checks_deferred`` says whether they were left."""
     cfg = from_args(ns)
     splits = validate(cfg)
     runs = Path(cfg.runs_dir)
@@ -325,13 +328,25 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
             if not getattr(ns, "dry_run", False) and cfg.world_size == 1 and forking():
                 # the fork server imports torch, transformers and TRL (which every trial needs)
                 # and the checks run in a process forked from it, not here
-                validate_deep_forked(cfg, trial_context())
+                ctx = trial_context()  # (started now, from the main thread, before any app)
+                ns.checks_deferred = defer
+                if not defer:
+                    validate_deep_forked(cfg, ctx)
             else:
                 validate_deep(cfg)
     except ConfigError:
         release_outputs()
         raise
     return cfg, splits
+
+
+def deferred_checks(cfg: SweepConfig) -> None:
+    """The checks :func:`load_config` left (``defer``): in a process forked from the fork server
+    once its imports are done. Raises :class:`ConfigError` as they would have."""
+    from .runner.lifetime import trial_context
+    from .runner.preflight import validate_deep_forked
+
+    validate_deep_forked(cfg, trial_context())
 
 
 def progress_printer(total_runs: int, steps: int):

@@ -198,3 +198,9 @@ def test_a_model_path_with_a_tilde_is_named_and_spelt_out(capsys, monkeypatch, t
     code, err = _err(capsys, "--dry-run", "--model", "~/mdl")
     assert code == 2 and err == (f"tracetui: error: --model: ~/mdl: a ~ in a quoted path is not expanded; "
                                  f"give it as {tmp_path / 'mdl'}\n")
+
+
+def test_subcommand_help_prints_help():
+    for sub in ("sweep", "run"):
+        proc = run_cli(sub, "--help")
+        assert proc.returncode == 0 and f"usage: tracetui {sub}" in proc.stdout, proc.stderr

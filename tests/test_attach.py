@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, ROOT, read_csv, run_cli
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, read_csv, run_cli
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -83,9 +83,9 @@ def test_listener_killed_mid_run_script_finishes_jsonl_complete(tmp_path):
     assert [e["step"] for e in events if e["type"] == "step"] == list(range(1, 26))
 
 
-def test_show_two_logs_side_by_side(tmp_path, tiny_sweep):
+def test_show_two_logs_side_by_side(tmp_path):
     out = tmp_path / "both.csv"
-    proc = run_cli("show", DATA, tiny_sweep["jsonl"], "--export", "csv", "-o", out)
+    proc = run_cli("show", DATA, CPU_TINY, "--export", "csv", "-o", out)
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(out)
     assert {r["machine"] for r in rows} == {"NVIDIA H200", "CPU"}

@@ -15,7 +15,7 @@ def _err(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--splits", "3x2"], "--splits: 3x2 multiplies to 6"),
+    (["--splits", "3x2", "--effective-batch", "4"], "--splits: 3x2 multiplies to 6, not an effective batch (4)"),
     (["--splits", "2y2"], "--splits: '2y2' is not MICROxACCUM"),
     (["--splits", "0x4"], "zero factor"),
     (["--splits", "1x4,1x4"], "listed twice"),

@@ -124,13 +124,45 @@ def read_csv(path):
         return list(csv.DictReader(fh))
 
 
+# ---- real sweeps shared by the tests that read them (each runs once a session, when first asked) ----
+
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory):
     """One real headless sweep on the tiny preset (``tracetui --export csv``, called in this
-    process: see :func:`run_main`), shared by the tests that read its outputs."""
+    process: see :func:`run_main`), shared by the tests that read its outputs: three splits of
+    effective batch 4, the default three warm-up steps (each next run gets a head start) and six
+    measured."""
     d = tmp_path_factory.mktemp("sweep")
     out, steps = d / "out.csv", d / "steps.csv"
     proc = run_main("--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "1x4,2x2,4x1",
-                    "--steps", 8, "--warmup", 2, "--seq-len", 64, "--runs-dir", d / "runs")
+                    "--steps", 9, "--warmup", 3, "--seq-len", 64, "--runs-dir", d / "runs")
     logs = list((d / "runs").glob("*/events.jsonl"))
     return dict(proc=proc, out=out, steps=steps, jsonl=logs[0] if logs else None, dir=d)
+
+
+@pytest.fixture(scope="session")
+def until_confident_sweep(tmp_path_factory):
+    """One real headless sweep with ``--until-confident`` at an unreachable 0.01%: 4x1, the
+    cheaper split, goes first and runs to its cap; 1x4, about twice as slow on a CPU at 64 tokens
+    a row, stops once its rank is settled. Two warm-up steps: 1x4 gets a head start, and its
+    references come with its turns. ``--allow-busy``: a verdict even on a busy machine.
+    Shared by the stopping rule's tests and the head starts'."""
+    d = tmp_path_factory.mktemp("confident")
+    out = d / "s.json"
+    steps, warmup = 20, 2
+    proc = run_main("--export", "json", "-o", out, "--splits", "1x4,4x1", "--steps", steps, "--warmup", warmup,
+                    "--seq-len", 64, "--until-confident", 0.01, "--min-steps", 6, "--allow-busy",
+                    "--runs-dir", d / "runs")
+    return dict(proc=proc, out=out, runs=d / "runs", cap=steps - warmup)
+
+
+@pytest.fixture(scope="session")
+def cpu_oom_sweep(tmp_path_factory):
+    """One real headless sweep where the big micro-batch runs out of memory: on the CPU
+    --memory-limit caps each run's data size (RLIMIT_DATA), and 16x1 cannot allocate at 512
+    tokens a row while 1x16 can. Two warm-up steps: 1x16 starts beside 16x1 (a head start)."""
+    d = tmp_path_factory.mktemp("oom")
+    out = d / "s.json"
+    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 4, "--warmup", 2, "--seq-len", 512,
+                    "--memory-limit", 2.6, "--runs-dir", d / "runs", "--export", "json", "-o", out)
+    return dict(proc=proc, out=out, runs=d / "runs")

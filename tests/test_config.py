@@ -115,7 +115,7 @@ def test_error_names_field():
 
 
 def test_cli_subprocess_no_traceback():
-    proc = run_cli("--export", "csv", "--splits", "3x3")
+    proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "4")
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("tracetui: error: --splits")
     assert "Traceback" not in proc.stderr

@@ -4,6 +4,7 @@ import io
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -85,6 +86,42 @@ def wait_until(pred, timeout=120):
         if time.monotonic() - t0 > timeout:
             raise AssertionError("timed out")
         time.sleep(0.1)
+
+
+HOLD_IMPORT = textwrap.dedent("""
+    import importlib.abc, os, sys, time
+
+    class Hold(importlib.abc.MetaPathFinder):
+        # the import of one module takes its time (as on a slow disk): held here, once this
+        # process has said so in its mark (its pid)
+        def find_spec(self, name, path, target=None):
+            if name == os.environ["TRACETUI_TEST_HOLD"]:
+                sys.meta_path.remove(self)
+                mark = os.environ["TRACETUI_TEST_HOLD_MARK"]
+                with open(mark + ".tmp", "w") as fh:
+                    fh.write(str(os.getpid()))
+                os.replace(mark + ".tmp", mark)
+                end = time.monotonic() + 120
+                while time.monotonic() < end:
+                    time.sleep(0.05)
+            return None
+
+    if os.environ.get("TRACETUI_TEST_HOLD") and os.environ.get("TRACETUI_TEST_HOLD_IN", "") in " ".join(sys.argv):
+        sys.meta_path.insert(0, Hold())
+""")
+
+
+def held_import(folder: Path, module: str, only: str = "") -> tuple[dict, Path]:
+    """The environment under which a Python process holds its import of ``module`` for two
+    minutes (only a process with ``only`` in its command line, if given), and the file that
+    appears, with the process's pid in it, once one has got there: a fault to wait for, not
+    a time to guess. (A ``sitecustomize`` on ``PYTHONPATH`` in ``folder``, before this tree.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = folder / "held"
+    env = {"PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]), "TRACETUI_TEST_HOLD": module,
+           "TRACETUI_TEST_HOLD_MARK": str(mark), "TRACETUI_TEST_HOLD_IN": only}
+    return env, mark
 
 
 def side_by_side(tmp_path_factory, scenarios: dict) -> dict:

@@ -212,6 +212,7 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
     assert not list(tmp_path.glob("runs/*/events.jsonl"))
 
 
+@pytest.mark.slow
 def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp_path):
     """The script's callback cannot know why a run was made: the sweep marks its memory probes
     (1x1, 2x1), which are then no rows of the summary, as in tracetui's own sweeps."""
@@ -226,6 +227,7 @@ def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp
     assert sorted(e["label"] for e in probes) == ["1x1", "2x1"]
 
 
+@pytest.mark.slow
 def test_a_script_that_trains_twice_is_measured_once(tmp_path):
     """A script with two trainings in one process (a second stage, a second Trainer): under
     `tracetui sweep` both used to report as the same run, their steps pooled into one row. The

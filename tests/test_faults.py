@@ -276,6 +276,7 @@ def test_show_skips_and_counts_bad_lines(tmp_path):
     assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
 
 
+@pytest.mark.slow
 def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
     """Piped or from cron, without --export: a one-line error, nothing started or left behind
     (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""

@@ -15,7 +15,7 @@ def _err(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--splits", "3x2", "--effective-batch", "4"], "--splits: 3x2 multiplies to 6"),
+    (["--splits", "3x2", "--effective-batch", "4"], "--splits: 3x2 multiplies to 6, not an effective batch (4)"),
     (["--splits", "2y2"], "--splits: '2y2' is not MICROxACCUM"),
     (["--splits", "0x4"], "zero factor"),
     (["--splits", "1x4,1x4"], "listed twice"),
@@ -129,7 +129,7 @@ def test_splits_without_an_effective_batch_set_it():
 
 
 def test_cli_subprocess_no_traceback():
-    proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "8")
+    proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "4")
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("tracetui: error: --splits")
     assert "Traceback" not in proc.stderr

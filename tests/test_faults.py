@@ -136,18 +136,16 @@ def test_worker_sigkill_mid_run_headless(tmp_path):
 
 
 @pytest.mark.slow
-def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(tmp_path):
+def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(cpu_oom_sweep):
     """On the CPU --memory-limit caps the worker's data size (RLIMIT_DATA): the big micro-batch
     cannot allocate, reports oom, its process (and memory) goes, the next split runs."""
-    runs = tmp_path / "runs"
-    proc = run_main("--export", "csv", "-o", tmp_path / "o.csv", "--effective-batch", 16, "--splits", "16x1,1x16",
-                    "--steps", 2, "--warmup", 1, "--seq-len", 512, "--memory-limit", 2.6, "--runs-dir", runs)
+    proc = cpu_oom_sweep["proc"]
     assert proc.returncode == 0, proc.stderr
-    rows = {r["split"]: r for r in read_csv(tmp_path / "o.csv")}
+    rows = {r["split"]: r for r in json.loads(cpu_oom_sweep["out"].read_text())["splits"]}
     assert rows["16x1"]["status"] == "oom" and "out of memory at micro-batch 16" in rows["16x1"]["message"]
     assert rows["1x16"]["status"] == "ok"
-    pids = [e["pid"] for e in _events(runs) if e["type"] == "run_started"]
-    assert not any(_alive(p) for p in pids)
+    pids = [e["pid"] for e in _events(cpu_oom_sweep["runs"]) if e["type"] == "run_started"]
+    assert pids and not any(_alive(p) for p in pids)
 
 
 def _interrupted_headless(folder: Path, sig: int, group: bool) -> dict:
@@ -278,6 +276,7 @@ def test_show_skips_and_counts_bad_lines(tmp_path):
     assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
 
 
+@pytest.mark.slow
 def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
     """Piped or from cron, without --export: a one-line error, nothing started or left behind
     (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""

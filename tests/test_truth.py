@@ -17,6 +17,8 @@ from tracetui.events import make
 from tracetui.busy import judge
 from tracetui.probe import quiet
 
+from .conftest import wait_until
+
 
 def _run(events, run_id, mb, ga, walls, loss=None, env=None, quiet_info=None, settings=None, phases=None):
     events.append(make("run_started", run_id, label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga,
@@ -368,7 +370,7 @@ def test_the_sweeps_own_processes_are_not_other_load():
 
     child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     try:
-        time.sleep(0.3)  # measurement window, not synchronisation: the child must be spinning
+        wait_until(lambda: _cpu_seconds(child.pid) > 0.05, 10)  # the child spins (its interpreter is up)
         a = quiet.snapshot(root=os.getpid())
         time.sleep(1.5)
         b = quiet.snapshot(root=os.getpid())

@@ -59,7 +59,7 @@ def show_main(argv: list[str]) -> int:
     report = read_events(ns.files)
     if report.skipped:
         say(f"tracetui: {report.summary()}")
-    results = Results().extend(report.events)
+    results = Results(budget=None).extend(report.events)  # (a log read whole: every step exported)
     if not results.runs:
         say("tracetui: error: no valid events in " + ", ".join(ns.files))
         return EXIT_NONE_OK
@@ -124,9 +124,28 @@ def watch_main(argv: list[str]) -> int:
             log.close()
         if listener.dropped_total:
             say(f"tracetui: {listener.describe_drops()}")
+        line = memory_line(results, str(log.path))
+        if line:
+            say(f"tracetui: {line}")
         return write_and_report(results, outputs, str(log.path), log)
     finally:
         signals.release()
+
+
+def memory_line(results, log_path: str) -> str:
+    """What the summary left out to stay within its memory (:mod:`tracetui.bounded`), in one
+    line, or "": the runs whose steps it took as an even sample, the runs it left out."""
+    thinned = results.thinned()
+    parts = []
+    if thinned:
+        seen = sum(r.steps.seen for r in thinned)
+        held = sum(len(r.steps) for r in thinned)
+        parts.append(f"{len(thinned)} run(s) summarised from an even sample of {held} of their {seen} steps")
+    if results.left_out:
+        parts.append(f"{results.left_out} event(s) of runs that started later left out")
+    if not parts:
+        return ""
+    return f"to stay within its memory, {' and '.join(parts)}; every event is in {log_path}"
 
 
 def _sweep_parser() -> Parser:

@@ -371,7 +371,8 @@ def progress_printer(total_runs: int, steps: int):
             say(f"[{state['n']}{of}] {label}: started on {where}{pid}{early}")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
-            every = max(1, total // 10)
+            # a tenth of the run at a time; with no total known, 1-9, 10, 20, ..., 100, 200, ...
+            every = max(1, total // 10) if total else 10 ** (len(str(max(1, e["step"]))) - 1)
             if e["step"] % every == 0 or e["step"] == total:
                 tag = " (warm-up)" if e["warmup"] else ""
                 of = f"/{total}" if total else ""

@@ -589,6 +589,14 @@ def prepare_socket_path(path: str, private: bool | None = None) -> bool:
     is refused, never removed."""
     p = Path(path)
     parent = p.parent
+    text = os.fspath(path)
+    size = len(os.fsencode(text)) if text.isprintable() else -1
+    if not 0 < size <= 107:  # a UNIX socket's path (sun_path) holds at most 107 bytes
+        from .text import clean
+
+        raise ListenerError(f"--socket: {clean(text)} " + ("holds a character that is not printable" if size < 0 else
+                            f"is {size} bytes long, over the 107 a socket path may have" if size else "is empty")
+                            + "; give a shorter path")
     if private is None:
         private = parent == default_socket_dir()
     made = False
@@ -671,7 +679,7 @@ class SocketListener:
             self._srv.bind(path)
         except OSError as exc:
             self._srv.close()
-            raise ListenerError(f"--socket: cannot listen on {path} ({exc.strerror})") from None
+            raise ListenerError(f"--socket: cannot listen on {path} ({exc.strerror or exc})") from None
         finally:
             os.umask(old)
         os.chmod(path, 0o600)

@@ -52,6 +52,8 @@ def show_main(argv: list[str]) -> int:
     ns = _show_parser().parse_args(argv)
     for f in ns.files:
         why = input_file_problem(f)
+        why = why and why + {"is a FIFO (named pipe), not a file": ": save the events to a file first",
+                             "is a socket, not a file": " (watch it with tracetui watch --socket)"}.get(why, "")
         if why:
             raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
     outputs = Outputs.from_args(ns, ns.files[0])

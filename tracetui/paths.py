@@ -61,9 +61,9 @@ def input_file_problem(path: str) -> str | None:
     if stat.S_ISDIR(mode):
         return "is a folder, not a file"
     if stat.S_ISFIFO(mode):
-        return "is a FIFO (named pipe), not a file: save the events to a file first"
+        return "is a FIFO (named pipe), not a file"
     if stat.S_ISSOCK(mode):
-        return "is a socket, not a file (watch it with tracetui watch --socket)"
+        return "is a socket, not a file"
     if not stat.S_ISREG(mode):
         return f"is {_kind(mode)}, not a file"
     try:

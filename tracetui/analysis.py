@@ -13,6 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
 from .events import (AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS,
                      RUN_STAGE, RUN_STARTED, STEP, SWEEP)
 from .columns import ROW_KEYS, SETTING_COLUMNS, fmt_duration
@@ -64,8 +65,14 @@ def bootstrap_medians(values: list[float], n: int = BOOTSTRAP, seed: int = 0) ->
 
     arr = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(n, len(arr)))
-    return np.median(arr[idx], axis=1).tolist()
+    # in slices of about a million draws (16 MB), the same draws as all at once: 1000 resamples
+    # of 200 000 steps at once took 3 GB and over a minute
+    rows = max(1, (1 << 20) // max(1, len(arr)))
+    out: list[float] = []
+    for start in range(0, n, rows):
+        idx = rng.integers(0, len(arr), size=(min(rows, n - start), len(arr)))
+        out += np.median(arr[idx], axis=1).tolist()
+    return out
 
 
 def order_stat_ci(values: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -293,9 +300,13 @@ class RunData:
 
     run_id: str
     started: dict = field(default_factory=dict)
-    steps: list[dict] = field(default_factory=list)
-    gpu: list[dict] = field(default_factory=list)
+    #: an even sample of the run's steps and GPU samples once the memory budget thinned them
+    #: (:mod:`tracetui.bounded`); the counts below are of every step reported
+    steps: list[dict] = field(default_factory=EvenSample)
+    gpu: list[dict] = field(default_factory=EvenSample)
     notices: list[str] = field(default_factory=list)
+    measured_seen: int = 0
+    warmup_seen: int = 0
     status: str = "queued"
     message: str = ""
     finished: dict = field(default_factory=dict)
@@ -329,19 +340,35 @@ class RunData:
             return []  # an attempt run again (out of memory beside a head start, or lost): no steps of the split
         return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
-    def add(self, event: dict) -> None:
+    def measured_count(self) -> int:
+        """How many measured steps the run reported (:meth:`measured` may hold a sample)."""
+        return 0 if self.status in AGAIN_KINDS else self.measured_seen
+
+    def head_bytes(self) -> int:
+        """What the run holds besides its steps and GPU samples (estimated bytes)."""
+        return (approx_bytes(self.started) + approx_bytes(self.settings) + approx_bytes(self.stages)
+                + approx_bytes(self.finished) + approx_bytes(self.notices) + len(self.message))
+
+    def add(self, event: dict) -> int:
+        """Fold in one event; the bytes its steps or GPU samples grew by (:mod:`tracetui.bounded`)."""
         etype = event["type"]
         if etype == RUN_STARTED:
             self.started = event
             self.status = "warming up"
         elif etype == STEP:
-            self.steps.append(event)
+            if event.get("warmup"):
+                self.warmup_seen += 1
+            elif event.get("rank", 0) == 0 and event["wall_ms"] > 0:
+                self.measured_seen += 1
             if self.status in ("queued", "warming up") and not event.get("warmup"):
                 self.status = "running"
+            return self.steps.append(event) or 0  # (a plain list, with no budget: None)
         elif etype == GPU:
-            self.gpu.append(event)
+            return self.gpu.append(event) or 0
         elif etype == NOTICE:
-            self.notices.append(event.get("message", ""))
+            self.notices.append(str(event.get("message", ""))[:NOTICE_CHARS])
+            if len(self.notices) > MAX_NOTICES:  # the first ones and the latest
+                del self.notices[MAX_NOTICES // 2]
         elif etype == RUN_STAGE:
             if event.get("rank", 0) == 0 and isinstance(event.get("stages"), dict):
                 self.stages = event["stages"]
@@ -361,30 +388,71 @@ class RunData:
         elif etype == RUN_FAILED:
             self.status = event.get("kind", "error")
             self.message = event.get("message", "")
+        return 0
 
 
 class Results:
-    """All runs seen so far, in arrival order."""
+    """All runs seen so far, in arrival order, within ``budget`` bytes (estimated,
+    :mod:`tracetui.bounded`): past it the longest runs' steps are thinned to an even sample, and
+    once that cannot free enough, runs that start later are left out (``left_out`` counts their
+    events). ``budget=None``: everything kept (``tracetui show --export``: a log read whole)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = MEMORY_BUDGET) -> None:
         self.runs: dict[str, RunData] = {}
         self.sweep_machines: dict[str, str] = {}
         self.boot_cache: dict[tuple, tuple[int, list[float]]] = {}
         #: sweep id -> when its own parts happened (``sweep`` events: :mod:`tracetui.clock`)
         self.sweep_times: dict[str, dict[str, float]] = {}
+        self.budget = budget
+        #: estimated bytes held, and per run what besides its samples
+        self.held = 0
+        self._heads: dict[str, int] = {}
+        #: events of runs left out of the summary for want of memory (every one is in the log)
+        self.left_out = 0
 
     def add(self, event: dict) -> RunData | None:
-        """Fold in one event; the run it is of (None for a sweep's own event)."""
+        """Fold in one event; the run it is of (None for a sweep's own event, or a run left out)."""
         if event["type"] == SWEEP:
-            self.sweep_times.setdefault(event["run_id"], {}).update(event.get("times") or {})
+            if event["run_id"] in self.sweep_times or len(self.sweep_times) < MAX_SWEEPS:
+                times = self.sweep_times.setdefault(event["run_id"], {})
+                for mark, at in (event.get("times") or {}).items():
+                    if mark in times or len(times) < MAX_MARKS:
+                        times[mark] = at
             return None
         run = self.runs.get(event["run_id"])
         if run is None:
+            if self.budget is not None and self.held > self.budget and not self._thin():
+                self.left_out += 1
+                return None
             run = self.runs[event["run_id"]] = RunData(event["run_id"], sweep_machines=self.sweep_machines)
-        run.add(event)
+            if self.budget is None:
+                run.steps, run.gpu = [], []
+        grown = run.add(event)
+        if self.budget is not None:
+            if event["type"] in (STEP, GPU):
+                self.held += grown
+            else:
+                head = run.head_bytes()
+                self.held += head - self._heads.get(run.run_id, 0)
+                self._heads[run.run_id] = head
+            if self.held > self.budget:
+                self._thin()
         if event["type"] == RUN_STARTED and event.get("env"):
             self.sweep_machines.setdefault(event["run_id"].split("/", 1)[0], run.machine)
         return run
+
+    def _thin(self) -> bool:
+        """Thin the largest samples until within the budget; whether that got there."""
+        while self.held > self.budget:
+            samples = [x for r in self.runs.values() for x in (r.steps, r.gpu) if len(x) >= 4]
+            if not samples:
+                return False
+            self.held -= max(samples, key=lambda x: x.size).thin()
+        return True
+
+    def thinned(self) -> list[RunData]:
+        """The runs whose steps or GPU samples are held as an even sample."""
+        return [r for r in self.runs.values() if getattr(r.steps, "stride", 1) > 1 or getattr(r.gpu, "stride", 1) > 1]
 
     def extend(self, events: Iterable[dict]) -> "Results":
         for e in events:
@@ -494,7 +562,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
             status=status, runs=sum(1 for r in runs if r.status not in AGAIN_KINDS),
-            steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
+            steps_measured=sum(r.measured_count() for r in runs), warmup_steps=sum(r.warmup_seen for r in runs),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
             runs_failed=len(failed) or None, failed_kinds=failed,
         )

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from . import __version__
-from .config import ConfigError, add_arguments
+from .config import ConfigError, add_arguments, check_environment
 from .session import (EXIT_INTERRUPTED, EXIT_OK, UsageError, fail_line, add_output_args, Parser, load_config,
                       run_headless)
 
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_environment()  # the TRACETUI_* variables, as the flags: before anything runs
         if argv and argv[0] in ("show", "watch", "sweep", "run"):
             from . import commands
 

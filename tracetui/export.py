@@ -9,6 +9,7 @@ from .events import dumps
 from .analysis import Results
 from .columns import CSV_KEYS
 from .phases import FIELDS, PHASES
+from .text import clean
 
 #: declared in :mod:`tracetui.columns`, with the monitor's table
 SUMMARY_COLUMNS = list(CSV_KEYS)
@@ -32,7 +33,9 @@ _BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 def _field(v: Any) -> str:
-    s = str(_cell(v))
+    # what a field quotes from outside (a message, a GPU name) is one line of printable text,
+    # whatever reads the file (a terminal given `cat`); quoted below all the same
+    s = clean(_cell(v))
     if "," in s or '"' in s or not _BREAKS.isdisjoint(s):
         return '"' + s.replace('"', '""') + '"'
     return s

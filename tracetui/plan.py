@@ -187,13 +187,16 @@ def dry_run_lines(planner: Planner, cfg, what: Callable[[Decision], str] | None 
     """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides.
     ``what``: the end of a run's line (default: its steps and model; a script sweep's: its
     command)."""
+    from .text import clean
+
     preview = planner.preview()
     if preview is None:
-        return [f"{planner.name}: runs are decided as it goes"] + planner.notes()
+        return [clean(line) for line in [f"{planner.name}: runs are decided as it goes"] + planner.notes()]
     if what is None:
         steps = f"{'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps"
         what = lambda _d: f", {steps}, {cfg.model}"  # noqa: E731
-    return [f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
-            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + ")" + what(d)
+    # (they quote the model, the varied values and the script's command: one printable line each)
+    return [clean(f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
+            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + ")" + what(d))
             for n, d in enumerate(preview, 1)]
 

@@ -449,8 +449,8 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     search, line = wants_search(cfg, trials)
     if search:
         if line:
-            import sys
+            from .session import say
 
-            sys.stderr.write(f"tracetui: {line}\n")
+            say(f"tracetui: {line}")
         return make_search(cfg, trials, short_runs)
     return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)

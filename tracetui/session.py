@@ -65,7 +65,9 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
     g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv / --emit-config file")
     g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
     g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
-    g.add_argument("--project-steps", type=int, default=None, metavar="N",
+    from .config import MAX_PROJECT_STEPS, whole_number
+
+    g.add_argument("--project-steps", type=whole_number(1, MAX_PROJECT_STEPS), default=None, metavar="N",
                    help="project the wall time of a full training run of N optimizer steps per split")
     if answer:
         from .config import SweepConfig
@@ -76,18 +78,19 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
 
 
 def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
-    # The message may quote what the user typed: keep it on one line whatever that holds.
-    line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in msg)
-    sys.stderr.write(f"tracetui: error: {line}\n")
+    say(f"tracetui: error: {msg}")  # (one line, whatever the message quotes)
     return code
 
 
 def say(line: str) -> None:
     """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
     pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
-    buffer cannot fail the exit either."""
+    buffer cannot fail the exit either. Whatever it quotes from outside stays one line of plain
+    text (:func:`tracetui.text.clean`)."""
+    from .text import clean
+
     try:
-        sys.stderr.write(line + "\n")
+        sys.stderr.write(clean(line) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         try:
@@ -305,14 +308,9 @@ def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig
     say what it waits for; ``ns.checks_deferred`` says whether they were left."""
     cfg = from_args(ns)
     splits = validate(cfg)
-    runs = Path(cfg.runs_dir)
-    try:
-        runs.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError("--runs-dir", f"cannot create {cfg.runs_dir} ({exc.strerror})",
-                          "choose a writable folder") from None
-    if not os.access(runs, os.W_OK):
-        raise ConfigError("--runs-dir", f"{cfg.runs_dir} is not writable", "choose a writable folder")
+    from .paths import check_runs_dir
+
+    check_runs_dir(cfg.runs_dir)
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
     check_outputs(ns, cfg, lock=not getattr(ns, "dry_run", False))
@@ -388,7 +386,8 @@ def progress_printer(total_runs: int, steps: int):
             say(f"[{state['n']}{of}] {label}: started on {where}{pid}{early}")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
-            every = max(1, total // 10)
+            # a tenth of the run at a time; with no total known, 1-9, 10, 20, ..., 100, 200, ...
+            every = max(1, total // 10) if total else 10 ** (len(str(max(1, e["step"]))) - 1)
             if e["step"] % every == 0 or e["step"] == total:
                 tag = " (warm-up)" if e["warmup"] else ""
                 of = f"/{total}" if total else ""

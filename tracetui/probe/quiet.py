@@ -81,7 +81,7 @@ def measuring_root() -> int:
         owner = os.environ.get("TRACETUI_OWNER_PID", "")
         # tracetui itself when it says who it is (a trial forked by its fork server has the
         # server as parent), else the parent
-        return int(owner) if owner.isdigit() and _alive(int(owner)) else os.getppid()
+        return int(owner) if owner.isdecimal() and _alive(int(owner)) else os.getppid()
     return os.getpid()
 
 

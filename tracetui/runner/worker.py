@@ -139,8 +139,15 @@ def run(spec: dict, mp_queue: Any) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
-    # Keep the child's prints off the terminal the TUI draws on.
-    log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+    # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
+    # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
+    # output goes nowhere and the run says so, never a traceback on the user's terminal.
+    lost_log = ""
+    try:
+        log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+    except OSError as exc:
+        log = _TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
+        lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
@@ -159,6 +166,8 @@ def run(spec: dict, mp_queue: Any) -> None:
 
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
+    if lost_log:
+        sink.emit(make("notice", run_id, level="warning", message=lost_log))
     cfg = SweepConfig(**spec["config"])
     trial = Trial.from_fields(spec["trial"])
     mb, ga = trial.micro_batch, trial.grad_accum

@@ -28,6 +28,7 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from ..analysis import Results
 from ..outputs import Outputs, output_format
 from ..probe.settings import describe
+from ..text import clean, safe_text
 from ..trial import Trial, format_value as fmt_value
 from .sources import CommandSource, Inbox, PreparingSource, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
@@ -102,7 +103,7 @@ class HelpScreen(ModalScreen):
             text.append(f": {words}\n")
         text.append("\nescape closes this screen", style="dim")
         with VerticalScroll(id="help"):
-            yield Static(text)
+            yield Static(safe_text(text))
 
 
 #: the width (columns) below which the monitor packs for a narrow terminal
@@ -181,6 +182,10 @@ class TraceApp(App):
         #: called with the signal when the monitor itself finds a reason to stop (a hung-up
         #: terminal), as a caught signal would be: :func:`run_app` sets it
         self.stop_requested = None
+
+    def format_title(self, title: str, sub_title: str):
+        # the header quotes settings and paths from outside: shown literally, never as controls
+        return super().format_title(clean(title), clean(sub_title))
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -709,6 +714,8 @@ def _run_on_terminal(app: TraceApp) -> None:
         app.run()
     finally:
         sys.__stderr__ = terminal
+    if app._exception is not None:  # it crashed (its traceback is out): nothing written at its end, never exit 0
+        app.write_failed = True
 
 
 def _quit_on_signals(app: TraceApp):
@@ -842,10 +849,10 @@ def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
         try:
             app.apply_events()
             err = app.write_outputs(final=True)
-            sys.__stderr__.write(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
-                                 f"{err or f'summary in {app.out_path}'}{stacks}\n")
+            sys.__stderr__.write(clean(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
+                                       f"{err or f'summary in {app.out_path}'}{stacks}") + "\n")
         except Exception as exc:  # noqa: BLE001 - exiting is what matters now; the events are on disk
-            sys.__stderr__.write(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}\n")
+            sys.__stderr__.write(clean(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}") + "\n")
     try:
         sys.__stderr__.flush()
     except (OSError, ValueError):

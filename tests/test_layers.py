@@ -58,7 +58,8 @@ def test_no_import_circle():
 #: entry points, the monitor, and the entry points. A module may import its own layer and the
 #: layers below it, never one above (at its top or inside a function).
 LAYERS = (
-    ("domain", ("trial", "knobs", "presets", "phases", "config", "clock", "columns", "busy")),
+    ("domain", ("trial", "knobs", "presets", "phases", "config", "clock", "columns", "busy", "text", "paths",
+                "bounded")),
     ("events", ("events", "store")),
     ("analysis", ("analysis",)),
     ("probe", ("probe",)),

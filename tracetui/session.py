@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from pathlib import Path
 
 from .config import ConfigError, SweepConfig, from_args, validate
+from .text import say
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the sweep ran, but some events could not be written to its log (a full disk): the outputs
@@ -80,23 +80,6 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
 def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
     say(f"tracetui: error: {msg}")  # (one line, whatever the message quotes)
     return code
-
-
-def say(line: str) -> None:
-    """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
-    pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
-    buffer cannot fail the exit either. Whatever it quotes from outside stays one line of plain
-    text (:func:`tracetui.text.clean`)."""
-    from .text import clean
-
-    try:
-        sys.stderr.write(clean(line) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        try:
-            sys.stderr = open(os.devnull, "w")
-        except OSError:
-            pass
 
 
 class StopSignals:
@@ -308,7 +291,7 @@ def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig
     say what it waits for; ``ns.checks_deferred`` says whether they were left."""
     cfg = from_args(ns)
     splits = validate(cfg)
-    from .paths import check_runs_dir
+    from .config import check_runs_dir
 
     check_runs_dir(cfg.runs_dir)
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:

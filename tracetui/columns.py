@@ -100,6 +100,13 @@ def _speedup(row: dict, ctx: dict) -> Text:
     return Text(speed, style=_bold(row))
 
 
+def _comparison(row: dict, ctx: dict) -> str:
+    text = row.get("comparison")
+    if not text:
+        return "-"
+    return f"paired {row['paired_steps']}" if row.get("paired_steps") else "unpaired"
+
+
 def _loss(row: dict, ctx: dict) -> str:
     return fmt(row.get("final_loss"), ".4f") + (" drift!" if row.get("loss_ok") is False else "")
 
@@ -152,6 +159,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("tokens_per_s", "tok/s", spec=".0f"), Column("samples_per_s"),
     Column("speedup", "speedup", cell=_speedup, csv=False),
     Column("speedup_vs_slowest"), Column("speedup_ci_low"), Column("speedup_ci_high"),
+    Column("comparison", "vs slowest", cell=_comparison,
+           help="how the speedup was judged: paired over N steps (the two splits' steps trained on the same "
+                "rows: compared step by step) or unpaired, and why"),
+    Column("paired_steps", help="steps compared one by one against the slowest split (paired comparison)"),
     Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
     Column("peak_mem_gib", "peak GiB", spec=".2f", unit="GiB"), Column("mem_total_gib", unit="GiB"),
     Column("predicted_mem_gib", "pred GiB", spec=".2f", unit="GiB",
@@ -224,6 +235,8 @@ def check_rows(rows: list[dict]) -> list[str]:
 #: intermediate values of the analysis)
 _INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
              "varied", "knob_values", "failed_kinds",
+             # each other split of the group: the ratio of its step to this one's, paired, with its interval
+             "paired_vs",
              # scratch of summarise, gone before it returns: the loss curve, the run-level
              # log-median statistics of the speedup interval
              "loss_curve", "_mu", "_k", "_var", "_df"}

@@ -637,8 +637,8 @@ def _bound_cell(row: dict, ctx: dict) -> str:
 
 #: the monitor's columns, most wanted first: the first six always come when they fit
 PRIORITY = ("split", "status", "step_ms_median", "speedup", "bound", "peak_mem_gib", "tokens_per_s",
-            "gpu_util_mean", "spread", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms",
-            "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
+            "gpu_util_mean", "comparison", "spread", "data_ms", "forward_ms", "backward_ms",
+            "optimizer_ms", "other_ms", "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
             "gpus", "comm_ms", "ranks")
 
 
@@ -922,6 +922,8 @@ class DetailPane(Pane):
                 text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
                 if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
                     text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")
+                if row.get("comparison"):
+                    text.append(f" ({row['comparison']})", style="dim")
             if row.get("tokens_per_s"):
                 text.append(f" · {row['tokens_per_s']:.0f} tok/s")
             text.append("\nwhy: ")

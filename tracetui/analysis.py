@@ -17,9 +17,11 @@ from .events import (AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN
                      RUN_STAGE, RUN_STARTED, STEP, SWEEP)
 from .columns import ROW_KEYS, fmt_duration
 from .config import KNOB_DEFAULTS
+from .flops import Profile, peak_tflops, profile_of_config, step_work
 from .knobs import KNOBS, SHORT, fmt, result_changing
 from .knobs import sft_args as knob_sft_args
 from .phases import FIELDS
+from .presets import PRESETS
 from .trial import Trial
 from .probe.quiet import gpu_picture, judge
 from .probe.settings import SETTING_COLUMNS
@@ -528,8 +530,11 @@ def _declared(key: str) -> str:
     return key
 
 
-def summarise(results: Results, project_steps: int | None = None) -> list[dict[str, Any]]:
-    """One row per split (runs of the same split on the same machine pooled)."""
+def summarise(results: Results, project_steps: int | None = None,
+              peak_tflops: float | None = None) -> list[dict[str, Any]]:
+    """One row per split (runs of the same split on the same machine pooled). ``peak_tflops``:
+    the device's peak to measure MFU against (``--peak-tflops``), in place of :mod:`tracetui.flops`'s
+    table."""
     groups: dict[tuple, list[RunData]] = {}
     for run in results.runs.values():
         if not run.started or str(run.started.get("why") or "").startswith(PROBE_WHY):
@@ -655,6 +660,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row["precision_used"] = _precision_of(runs[0])
         _add_start(row, runs)
         _add_settings(row, runs)
+        _add_work(row, runs, measured, peak_tflops)
         _add_quiet(row, runs)
         row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
         reasons = sorted({r.finished["stop_reason"] for r in runs if r.finished.get("stop_reason")})
@@ -1152,6 +1158,66 @@ def _add_settings(row: dict, runs: list[RunData]) -> None:
         row["message"] = "; ".join(x for x in (row.get("message"), "runs differ in " + ", ".join(differ)) if x)
 
 
+def _add_work(row: dict, runs: list[RunData], measured: list[dict], peak_override: float | None = None) -> None:
+    """The work each optimizer step did (:mod:`tracetui.flops`: model FLOPs from the model's linear
+    layers and the tokens it really processed, padding included; hardware FLOPs with
+    checkpointing's recomputation), the FLOP/s achieved at the median step, and MFU against the
+    device's dense peak for the precision that ran (``peak_override``, ``--peak-tflops``, first)."""
+    if not measured or not row.get("step_ms_median"):
+        return
+    cfg = runs[0].started.get("config") or {}
+    profile = next((p for p in (Profile.from_dict(r.settings.get("model_work")) for r in runs) if p), None)
+    if profile is None and cfg.get("model") in PRESETS:
+        # a log from before the layers were read back: a preset's configuration says the same
+        profile = profile_of_config(PRESETS[cfg["model"]][0], cfg.get("lora_r"), cfg.get("lora_targets"))
+    if profile is None:
+        row["mfu_note"] = "no FLOPs: the model's layers were not recorded (a model tracetui cannot read)"
+        return
+    ckpt = row.get("activation_checkpointing")
+    ckpt = bool(cfg.get("activation_checkpointing") if ckpt is None else ckpt)
+    works, padded, real = [], 0, 0
+    for s in measured:
+        shapes = s.get("micro_shapes") or _full_rows(s, row, cfg)
+        if not shapes:
+            continue
+        w = step_work(profile, [tuple(x) for x in shapes], checkpointing=ckpt, head_tokens=s.get("scored_tokens"),
+                      pairs=s.get("token_pairs"))
+        works.append(w)
+        padded += w.tokens
+        real += s.get("tokens") or w.tokens
+    if not works:
+        row["mfu_note"] = "no FLOPs: the steps did not record the shapes of their micro-batches"
+        return
+    row["tflop_per_step"] = median([w.model for w in works]) / 1e12
+    row["hw_tflop_per_step"] = median([w.hardware for w in works]) / 1e12
+    row["padding_pct"] = max(0.0, 100.0 * (1 - real / padded)) if padded else None
+    row["tflops"] = row["tflop_per_step"] / (row["step_ms_median"] / 1000.0)
+    env = runs[0].started.get("env") or {}
+    mode = _mode(row.get("precision_used"))
+    if mode == "fp32" and (row.get("settings") or {}).get("tf32"):
+        mode = "tf32"
+    override = peak_override or cfg.get("peak_tflops")
+    if override:
+        peak, which = float(override), "--peak-tflops"
+    else:
+        peak, which = peak_tflops(env.get("gpu_name") if env.get("device", "cuda") != "cpu" else None, mode)
+    row["peak_tflops"] = peak
+    row["mfu_pct"] = 100.0 * row["tflops"] / peak if peak else None
+    pad = row["padding_pct"]
+    row["mfu_note"] = ((f"against the {which} peak, {peak:g} TFLOP/s" if peak else which)
+                       + (f"; {pad:.0f}% of the positions processed were padding (counted as work)"
+                          if pad is not None and pad >= 0.5 else ""))
+
+
+def _full_rows(step: dict, row: dict, cfg: dict) -> list[list[int]] | None:
+    """A step's micro-batch shapes where a log from before they were recorded implies them: every
+    row full (``--seq-len`` tokens each, as the built-in ``synthetic`` data has them)."""
+    seq, mb, ga = cfg.get("seq_len"), row["micro_batch"], row["grad_accum"]
+    if seq and step.get("samples") == mb * ga and step.get("tokens") == mb * ga * seq:
+        return [[mb, seq]] * ga
+    return None
+
+
 def _add_quiet(row: dict, runs: list[RunData]) -> None:
     """How quiet the machine was for each run of this split, and why a run counts as busy."""
     busy, others = [], []
@@ -1359,6 +1425,19 @@ def _overlap(a: dict, b: dict) -> bool:
     return lo_b <= hi_a and lo_a <= hi_b
 
 
+def limit_words(row: dict) -> str:
+    """How far a trial is from the device's limit, for the recommendation: its MFU against the
+    peak, or why there is none ("" on the CPU, which has no peak to speak of)."""
+    mfu = row.get("mfu_pct")
+    note = (row.get("mfu_note") or "").split(";")[0]
+    if mfu is not None:
+        share = f"{mfu:.1f}%" if mfu < 10 else f"{mfu:.0f}%"
+        return f"; it runs at {share} MFU ({row['tflops']:.1f} TFLOP/s {note})"
+    if row.get("tflops") is not None and note and not note.startswith("no GPU"):
+        return f"; it runs at {row['tflops']:.1f} TFLOP/s ({note})"
+    return ""
+
+
 def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
@@ -1420,6 +1499,7 @@ def _recommend(rows: list[dict], policy: Policy):
         proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
         if proj:
             text += " (" + "; ".join(f"{r['trial']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
+        text += limit_words(best)
         if policy.allow_busy:
             text += busy_mark(group)
         yield best, text

@@ -107,6 +107,11 @@ def _comparison(row: dict, ctx: dict) -> str:
     return f"paired {row['paired_steps']}" if row.get("paired_steps") else "unpaired"
 
 
+def _mfu(row: dict, ctx: dict) -> str:
+    v = row.get("mfu_pct")
+    return "-" if v is None else f"{v:.1f}%" if v < 10 else f"{v:.0f}%"
+
+
 def _loss(row: dict, ctx: dict) -> str:
     return fmt(row.get("final_loss"), ".4f") + (" drift!" if row.get("loss_ok") is False else "")
 
@@ -164,6 +169,16 @@ COLUMNS: tuple[Column, ...] = (
                 "rows: compared step by step) or unpaired, and why"),
     Column("paired_steps", help="steps compared one by one against the slowest split (paired comparison)"),
     Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
+    Column("mfu_pct", "MFU", cell=_mfu, unit="%",
+           help="model FLOPs per second over the GPU's dense peak for the precision that ran (tracetui.flops)"),
+    Column("tflops", "TFLOP/s", spec=".1f", help="model FLOPs per second at the median step, in TFLOP/s"),
+    Column("tflop_per_step", spec=".4g", help="model FLOPs of one optimizer step (median), TFLOP: forward and "
+                                              "backward for the tokens processed, padding included"),
+    Column("hw_tflop_per_step", spec=".4g", help="hardware FLOPs of one optimizer step, TFLOP: model FLOPs and "
+                                                 "activation checkpointing's recomputation"),
+    Column("peak_tflops", help="the dense peak MFU is measured against, TFLOP/s (--peak-tflops sets it)"),
+    Column("padding_pct", unit="%", help="share of the positions processed that were padding (counted as work)"),
+    Column("mfu_note", help="the peak used and its precision, the padding; or why there is no MFU"),
     Column("peak_mem_gib", "peak GiB", spec=".2f", unit="GiB"), Column("mem_total_gib", unit="GiB"),
     Column("predicted_mem_gib", "pred GiB", spec=".2f", unit="GiB",
            help="peak memory the search predicted before the trial started (--search)"),

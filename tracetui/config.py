@@ -125,6 +125,9 @@ class SweepConfig:
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
     memory_limit: float | None = setting(None, "cap the memory a run may take: CUDA memory on a GPU, the worker's "
                                                "data size on the CPU", kind=float, metavar="GiB")
+    peak_tflops: float | None = setting(None, "the GPU's dense peak for the precision that runs, to measure MFU "
+                                              "against (default: tracetui's table of GPUs)", kind=float,
+                                        metavar="TFLOP/s")
     runs_dir: str = setting("tracetui_runs", "where event logs go")
     sample_hz: float = setting(10.0, "GPU samples per second")
     probe: bool = setting(True, "train without the probe's hooks (for overhead measurements)", flag="--no-probe",
@@ -431,6 +434,9 @@ def validate(cfg: SweepConfig) -> list[Trial]:
     if cfg.memory_limit is not None and not (cfg.memory_limit > 0):
         raise ConfigError("--memory-limit", f"must be a positive number of GiB, got {cfg.memory_limit}",
                           "give e.g. --memory-limit 16")
+    if cfg.peak_tflops is not None and not (0 < cfg.peak_tflops < 1e6):
+        raise ConfigError("--peak-tflops", f"must be a positive number of TFLOP/s, got {cfg.peak_tflops}",
+                          "give e.g. --peak-tflops 989 (an H100 SXM's dense bf16)")
     if cfg.max_micro_batch is not None and cfg.max_micro_batch < 1:
         raise ConfigError("--max-micro-batch", f"must be at least 1, got {cfg.max_micro_batch}",
                           "give a positive whole number")

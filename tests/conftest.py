@@ -4,6 +4,7 @@ import io
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parent.parent
+#: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
+#: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays
+#: that need a CPU machine's log beside the H200's and no training of their own
+CPU_TINY = ROOT / "tests" / "data" / "cpu_tiny_sweep.jsonl"
 
 
 def run_cli(*args, cwd=None, timeout=600, env=None):
@@ -64,11 +69,14 @@ def run_main(*args, cwd=None):
     return subprocess.CompletedProcess(["tracetui", *args], code, out.getvalue(), err.getvalue())
 
 
-def claims_or_holds_back(text: str, *claims: str) -> bool:
-    """True if ``text`` makes every one of ``claims``, or holds its verdict back because the
-    machine was busy while it measured (other processes' CPU time, as tracetui records it: a
-    shared test machine can be busy, and then a ranking must not be claimed)."""
-    return all(c in text for c in claims) or "held back: the machine was busy (" in text
+def busy_marked(text: str, rows) -> bool:
+    """Whether ``text`` (what a command said, a verdict) carries the busy mark exactly when one of
+    ``rows`` (summary rows: the CSV's, the JSON's or :func:`tracetui.analysis.summarise`'s) was
+    measured on a busy machine. For the tests that ask for a verdict with ``--allow-busy``: the
+    claim is asserted on its own, this says it is marked as measured busy when it was (and only
+    then)."""
+    busy = any(r.get("busy") for r in rows)
+    return ("[measured on a busy machine: " in text) == busy
 
 
 def wait_until(pred, timeout=120):
@@ -78,6 +86,42 @@ def wait_until(pred, timeout=120):
         if time.monotonic() - t0 > timeout:
             raise AssertionError("timed out")
         time.sleep(0.1)
+
+
+HOLD_IMPORT = textwrap.dedent("""
+    import importlib.abc, os, sys, time
+
+    class Hold(importlib.abc.MetaPathFinder):
+        # the import of one module takes its time (as on a slow disk): held here, once this
+        # process has said so in its mark (its pid)
+        def find_spec(self, name, path, target=None):
+            if name == os.environ["TRACETUI_TEST_HOLD"]:
+                sys.meta_path.remove(self)
+                mark = os.environ["TRACETUI_TEST_HOLD_MARK"]
+                with open(mark + ".tmp", "w") as fh:
+                    fh.write(str(os.getpid()))
+                os.replace(mark + ".tmp", mark)
+                end = time.monotonic() + 120
+                while time.monotonic() < end:
+                    time.sleep(0.05)
+            return None
+
+    if os.environ.get("TRACETUI_TEST_HOLD") and os.environ.get("TRACETUI_TEST_HOLD_IN", "") in " ".join(sys.argv):
+        sys.meta_path.insert(0, Hold())
+""")
+
+
+def held_import(folder: Path, module: str, only: str = "") -> tuple[dict, Path]:
+    """The environment under which a Python process holds its import of ``module`` for two
+    minutes (only a process with ``only`` in its command line, if given), and the file that
+    appears, with the process's pid in it, once one has got there: a fault to wait for, not
+    a time to guess. (A ``sitecustomize`` on ``PYTHONPATH`` in ``folder``, before this tree.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(HOLD_IMPORT)
+    mark = folder / "held"
+    env = {"PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]), "TRACETUI_TEST_HOLD": module,
+           "TRACETUI_TEST_HOLD_MARK": str(mark), "TRACETUI_TEST_HOLD_IN": only}
+    return env, mark
 
 
 def side_by_side(tmp_path_factory, scenarios: dict) -> dict:
@@ -117,13 +161,45 @@ def read_csv(path):
         return list(csv.DictReader(fh))
 
 
+# ---- real sweeps shared by the tests that read them (each runs once a session, when first asked) ----
+
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory):
     """One real headless sweep on the tiny preset (``tracetui --export csv``, called in this
-    process: see :func:`run_main`), shared by the tests that read its outputs."""
+    process: see :func:`run_main`), shared by the tests that read its outputs: three splits of
+    effective batch 4, the default three warm-up steps (each next run gets a head start) and six
+    measured."""
     d = tmp_path_factory.mktemp("sweep")
     out, steps = d / "out.csv", d / "steps.csv"
     proc = run_main("--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "1x4,2x2,4x1",
-                    "--steps", 8, "--warmup", 2, "--seq-len", 64, "--runs-dir", d / "runs")
+                    "--steps", 9, "--warmup", 3, "--seq-len", 64, "--runs-dir", d / "runs")
     logs = list((d / "runs").glob("*/events.jsonl"))
     return dict(proc=proc, out=out, steps=steps, jsonl=logs[0] if logs else None, dir=d)
+
+
+@pytest.fixture(scope="session")
+def until_confident_sweep(tmp_path_factory):
+    """One real headless sweep with ``--until-confident`` at an unreachable 0.01%: 4x1, the
+    cheaper split, goes first and runs to its cap; 1x4, about twice as slow on a CPU at 64 tokens
+    a row, stops once its rank is settled. Two warm-up steps: 1x4 gets a head start, and its
+    references come with its turns. ``--allow-busy``: a verdict even on a busy machine.
+    Shared by the stopping rule's tests and the head starts'."""
+    d = tmp_path_factory.mktemp("confident")
+    out = d / "s.json"
+    steps, warmup = 20, 2
+    proc = run_main("--export", "json", "-o", out, "--splits", "1x4,4x1", "--steps", steps, "--warmup", warmup,
+                    "--seq-len", 64, "--until-confident", 0.01, "--min-steps", 6, "--allow-busy",
+                    "--runs-dir", d / "runs")
+    return dict(proc=proc, out=out, runs=d / "runs", cap=steps - warmup)
+
+
+@pytest.fixture(scope="session")
+def cpu_oom_sweep(tmp_path_factory):
+    """One real headless sweep where the big micro-batch runs out of memory: on the CPU
+    --memory-limit caps each run's data size (RLIMIT_DATA), and 16x1 cannot allocate at 512
+    tokens a row while 1x16 can. Two warm-up steps: 1x16 starts beside 16x1 (a head start)."""
+    d = tmp_path_factory.mktemp("oom")
+    out = d / "s.json"
+    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 4, "--warmup", 2, "--seq-len", 512,
+                    "--memory-limit", 2.6, "--runs-dir", d / "runs", "--export", "json", "-o", out)
+    return dict(proc=proc, out=out, runs=d / "runs")

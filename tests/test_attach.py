@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, ROOT, read_csv, run_cli
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, read_csv, run_cli
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -83,9 +83,9 @@ def test_listener_killed_mid_run_script_finishes_jsonl_complete(tmp_path):
     assert [e["step"] for e in events if e["type"] == "step"] == list(range(1, 26))
 
 
-def test_show_two_logs_side_by_side(tmp_path, tiny_sweep):
+def test_show_two_logs_side_by_side(tmp_path):
     out = tmp_path / "both.csv"
-    proc = run_cli("show", DATA, tiny_sweep["jsonl"], "--export", "csv", "-o", out)
+    proc = run_cli("show", DATA, CPU_TINY, "--export", "csv", "-o", out)
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(out)
     assert {r["machine"] for r in rows} == {"NVIDIA H200", "CPU"}
@@ -212,6 +212,7 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
     assert not list(tmp_path.glob("runs/*/events.jsonl"))
 
 
+@pytest.mark.slow
 def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp_path):
     """The script's callback cannot know why a run was made: the sweep marks its memory probes
     (1x1, 2x1), which are then no rows of the summary, as in tracetui's own sweeps."""
@@ -226,6 +227,7 @@ def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp
     assert sorted(e["label"] for e in probes) == ["1x1", "2x1"]
 
 
+@pytest.mark.slow
 def test_a_script_that_trains_twice_is_measured_once(tmp_path):
     """A script with two trainings in one process (a second stage, a second Trainer): under
     `tracetui sweep` both used to report as the same run, their steps pooled into one row. The

@@ -15,7 +15,7 @@ def _err(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--splits", "3x2", "--effective-batch", "4"], "--splits: 3x2 multiplies to 6"),
+    (["--splits", "3x2", "--effective-batch", "4"], "--splits: 3x2 multiplies to 6, not an effective batch (4)"),
     (["--splits", "2y2"], "--splits: '2y2' is not MICROxACCUM"),
     (["--splits", "0x4"], "zero factor"),
     (["--splits", "1x4,1x4"], "listed twice"),
@@ -129,7 +129,7 @@ def test_splits_without_an_effective_batch_set_it():
 
 
 def test_cli_subprocess_no_traceback():
-    proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "8")
+    proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "4")
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("tracetui: error: --splits")
     assert "Traceback" not in proc.stderr
@@ -198,3 +198,9 @@ def test_a_model_path_with_a_tilde_is_named_and_spelt_out(capsys, monkeypatch, t
     code, err = _err(capsys, "--dry-run", "--model", "~/mdl")
     assert code == 2 and err == (f"tracetui: error: --model: ~/mdl: a ~ in a quoted path is not expanded; "
                                  f"give it as {tmp_path / 'mdl'}\n")
+
+
+def test_subcommand_help_prints_help():
+    for sub in ("sweep", "run"):
+        proc = run_cli(sub, "--help")
+        assert proc.returncode == 0 and f"usage: tracetui {sub}" in proc.stdout, proc.stderr

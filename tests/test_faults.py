@@ -54,39 +54,6 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_run_beside_a_repeat_that_finished_is_said_and_not_pooled(tmp_path):
-    """One run of a split SIGKILLed mid-run, its repeat finished: the row is ok on the one run
-    that finished, its steps alone; it says a run crashed (the CSV and the closing lines), and
-    the command exits 1."""
-    runs = tmp_path / "runs"
-    args = ["--export", "csv", "-o", tmp_path / "out.csv", "--effective-batch", 2, "--splits", "1x2,2x1",
-            "--steps", 12, "--warmup", 1, "--seq-len", 32, "--repeats", 2, "--runs-dir", runs, "--allow-busy"]
-
-    def victim():
-        ev = _events(runs)
-        started = [e for e in ev if e["type"] == "run_started" and e["run_id"].endswith("1x2#1")]
-        steps = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2#1")]
-        return started[0]["pid"] if started and len(steps) >= 4 else None
-
-    killer = threading.Thread(target=lambda: (_wait(lambda: victim() is not None), os.kill(victim(), signal.SIGKILL)),
-                              daemon=True)
-    killer.start()
-    proc = run_main(*args)
-    killer.join(10)
-    assert proc.returncode == 1, proc.stderr
-    ev = _events(runs)
-    assert [e["run_id"].split("/")[-1] for e in ev if e["type"] == "run_failed"] == ["1x2#1"]
-    kept = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2#2") and not e["warmup"]]
-    row = {r["split"]: r for r in read_csv(tmp_path / "out.csv")}["1x2"]
-    assert row["status"] == "ok" and row["runs"] == "1" and row["runs_failed"] == "1", row
-    assert int(row["steps_measured"]) == len(kept) == 11  # the killed run's steps are not pooled
-    assert "crashed in 1 of 2 runs (1x2#1: killed by SIGKILL" in row["message"]
-    assert "its steps are not pooled" in row["message"]
-    closing = [line for line in proc.stderr.splitlines() if line.startswith("tracetui: warning: 1x2: crashed in 1 of 2")]
-    assert len(closing) == 1, proc.stderr[-3000:]
-
-
-@pytest.mark.slow
 def test_worker_sigkill_mid_run_headless(tmp_path):
     """A worker SIGKILLed after its third step: its run is ``crashed`` (noticed within seconds,
     the signal named), every step it measured before the kill is on disk and in the outputs,
@@ -136,18 +103,16 @@ def test_worker_sigkill_mid_run_headless(tmp_path):
 
 
 @pytest.mark.slow
-def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(tmp_path):
+def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(cpu_oom_sweep):
     """On the CPU --memory-limit caps the worker's data size (RLIMIT_DATA): the big micro-batch
     cannot allocate, reports oom, its process (and memory) goes, the next split runs."""
-    runs = tmp_path / "runs"
-    proc = run_main("--export", "csv", "-o", tmp_path / "o.csv", "--effective-batch", 16, "--splits", "16x1,1x16",
-                    "--steps", 2, "--warmup", 1, "--seq-len", 512, "--memory-limit", 2.6, "--runs-dir", runs)
+    proc = cpu_oom_sweep["proc"]
     assert proc.returncode == 0, proc.stderr
-    rows = {r["split"]: r for r in read_csv(tmp_path / "o.csv")}
+    rows = {r["split"]: r for r in json.loads(cpu_oom_sweep["out"].read_text())["splits"]}
     assert rows["16x1"]["status"] == "oom" and "out of memory at micro-batch 16" in rows["16x1"]["message"]
     assert rows["1x16"]["status"] == "ok"
-    pids = [e["pid"] for e in _events(runs) if e["type"] == "run_started"]
-    assert not any(_alive(p) for p in pids)
+    pids = [e["pid"] for e in _events(cpu_oom_sweep["runs"]) if e["type"] == "run_started"]
+    assert pids and not any(_alive(p) for p in pids)
 
 
 def _interrupted_headless(folder: Path, sig: int, group: bool) -> dict:
@@ -278,6 +243,7 @@ def test_show_skips_and_counts_bad_lines(tmp_path):
     assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
 
 
+@pytest.mark.slow
 def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
     """Piped or from cron, without --export: a one-line error, nothing started or left behind
     (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""

@@ -178,6 +178,7 @@ _plain = st.recursive(_scalar, lambda c: st.one_of(st.lists(c, max_size=3), st.d
                       max_leaves=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["run_started", "step", "gpu", "notice", "run_finished", "run_failed"]),
                           st.sampled_from(["r1", "r2"]),
@@ -221,10 +222,11 @@ def _file_events(path):
     return [e for e in read_events([path]).events]
 
 
-def test_callback_falls_back_when_the_listener_never_serves(tmp_path, capfd):
+def test_callback_falls_back_when_the_listener_never_serves(tmp_path, capfd, monkeypatch):
     """A socket that accepts connections into its backlog but is never served (the state a dead
     listener thread left behind): the callback used to believe it was connected and lose
     every event. Now it keeps them all in its file."""
+    monkeypatch.setattr(attach, "HELLO_TIMEOUT_S", 0.2)  # (no greeting ever comes: waited for less)
     path = str(tmp_path / "deaf.sock")
     deaf = socket.socket(socket.AF_UNIX)
     deaf.bind(path)
@@ -264,9 +266,12 @@ def _stalling_server(path, read_bytes):
 
 
 @pytest.mark.parametrize("n_steps", [20, 4000], ids=["stops-reading-before-the-end", "stops-reading-mid-run"])
-def test_callback_notices_a_listener_that_stopped_reading(tmp_path, capfd, n_steps):
+def test_callback_notices_a_listener_that_stopped_reading(tmp_path, capfd, monkeypatch, n_steps):
     """20 events fit in the socket's buffer (noticed at the end: they are still unread); 4000
     do not (noticed when a send moves nothing). Either way every event is in the file."""
+    # (the listener never reads again: how long the callback gives it is not what is tested)
+    monkeypatch.setattr(attach, "SEND_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(attach, "DRAIN_TIMEOUT_S", 0.3)
     path = str(tmp_path / "stall.sock")
     srv, held, t = _stalling_server(path, 2000)
     try:
@@ -591,6 +596,7 @@ def test_json_export_writes_null_for_values_that_are_not_finite():
     assert out["splits"][0]["final_loss"] is None and out["splits"][0]["loss_drift_pct"] is None
 
 
+@pytest.mark.slow
 def test_a_huge_row_is_cut_before_it_is_tokenised(tmp_path):
     """One 8 MB row at --seq-len 256: tokenised whole it takes about 1.6 GB (a 50 MB row took
     10 GB); cut first, what the run tokenises stays small."""
@@ -626,6 +632,7 @@ def test_cutting_by_characters_keeps_every_token_seq_len_can_use():
     assert limit >= 64 * max(len(t) for t in tok.get_vocab())
 
 
+@pytest.mark.slow
 def test_a_data_set_of_empty_rows_is_refused_up_front(capsys, tmp_path):
     from tracetui.cli import main
 

@@ -10,7 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from .conftest import run_main
+import pytest
+
+from .conftest import read_csv, run_main
 
 from tracetui.config import SweepConfig
 from tracetui.plan import GridPlanner
@@ -45,13 +47,12 @@ def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
     return events, runs
 
 
-def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tmp_path):
-    out = tmp_path / "sum.json"
-    proc = run_main("--splits", "1x4,2x2,4x1", "--steps", "7", "--warmup", "3", "--repeats", "1",
-                    "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
+@pytest.mark.slow
+def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tiny_sweep):
+    proc = tiny_sweep["proc"]
     assert proc.returncode == 0, proc.stderr
     assert "head starts: each next run starts during the one before's warm-up (3 steps" in proc.stderr
-    events, runs = _runs(tmp_path / "runs")
+    events, runs = _runs(tiny_sweep["dir"] / "runs")
     order = sorted(runs.values(), key=lambda r: r["forked"])
     assert len(order) == 3 and all(r["end"]["type"] == "run_finished" for r in order)
     # the first run starts alone; each later one while the run before it is inside its warm-up:
@@ -80,11 +81,11 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tm
                 if not warmup:
                     assert end <= other["forked"] or begin >= other["ready"], (begin, end, other["forked"])
     # the wait is no part of a run's start: start_s ends where the trainer was built
-    rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
-    assert all(r["status"] == "ok" and r["steps_measured"] == 4 for r in rows.values())
+    rows = {r["trial"]: r for r in read_csv(tiny_sweep["out"])}
+    assert all(r["status"] == "ok" and r["steps_measured"] == "6" for r in rows.values())
     later = order[-1]
     waited = later["steps"][0][0] - later["forked"]
-    assert rows["4x1"]["start_s"] < waited, (rows["4x1"]["start_s"], waited)
+    assert float(rows["4x1"]["start_s"]) < waited, (rows["4x1"]["start_s"], waited)
     # nor of its training time: the trainer's clock ran on while it waited
     end = later["end"]
     assert end["waited_s"] >= later["steps"][0][0] - later["ready"] - 0.05, (end, later["ready"])
@@ -92,6 +93,7 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(tm
     assert "head start" in proc.stderr  # the headless line of a run built early says so
 
 
+@pytest.mark.slow
 def test_without_head_starts_each_run_starts_after_the_one_before_ends(tmp_path):
     proc = run_main("--splits", "1x4,4x1", "--steps", "5", "--repeats", "1", "--no-head-start",
                     "--runs-dir", tmp_path / "runs", "--export", "json", "-o", tmp_path / "s.json")
@@ -103,27 +105,23 @@ def test_without_head_starts_each_run_starts_after_the_one_before_ends(tmp_path)
     assert "ready" not in second and not second["started"].get("head_start")
 
 
-def test_until_confident_runs_get_the_references_of_the_runs_that_ended_before_their_turn(tmp_path):
+@pytest.mark.slow
+def test_until_confident_runs_get_the_references_of_the_runs_that_ended_before_their_turn(until_confident_sweep):
     """--until-confident with head starts: a later split starts before the one before it has
     measured anything, so its stopping rule gets its references with its turns (complete with
     the one that begins its measured steps). A later split clear of the first stops as soon as
     the rule allows."""
-    out = tmp_path / "s.json"
-    # 1x8 against 8x1 at 32 tokens a row: on a CPU 8 calls of one row take 2-3x one call of 8
-    # (at 256 tokens 1x4 and 4x1 took about the same: nothing to settle)
-    proc = run_main("--effective-batch", "8", "--splits", "1x8,8x1", "--seq-len", "32", "--steps", "40",
-                    "--warmup", "2", "--min-steps", "6", "--until-confident", "0.5", "--repeats", "1",
-                    "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
-    assert proc.returncode == 0, proc.stderr
-    _, runs = _runs(tmp_path / "runs")
+    got = until_confident_sweep
+    assert got["proc"].returncode == 0, got["proc"].stderr
+    _, runs = _runs(got["runs"])
     first, second = sorted(runs.values(), key=lambda r: r["forked"])
     assert second["started"].get("head_start") is True
     assert second["end"]["stop_reason"]
-    assert len(second["steps"]) < 40  # stopped by the rule, not the cap
+    assert len([s for s in second["steps"] if not s[2]]) < got["cap"]  # stopped by the rule, not the cap
     # the later split stops because it is clear of the first (which it can only know from the
-    # references its turns brought), not because its own median is known to 0.5%
-    rows = {r["trial"]: r for r in json.loads(out.read_text())["splits"]}
-    assert rows["1x8"]["stop_reason"] == "settled", rows["1x8"]
+    # references its turns brought), not because its own median is known to 0.01%
+    rows = {r["trial"]: r for r in json.loads(got["out"].read_text())["splits"]}
+    assert rows["1x4"]["stop_reason"] == "settled", rows["1x4"]
 
 
 def test_a_probe_takes_its_references_with_its_first_turn():
@@ -226,20 +224,19 @@ def test_the_coordinators_relay_rules():
         turns.close()
 
 
-def test_a_run_out_of_memory_under_its_own_cap_is_out_of_memory_even_beside_a_head_start(tmp_path):
+@pytest.mark.slow
+def test_a_run_out_of_memory_under_its_own_cap_is_out_of_memory_even_beside_a_head_start(cpu_oom_sweep):
     """On the CPU --memory-limit caps each run's own data size: the big micro-batch runs out of
     memory on its first step while the next run starts beside it, and that is its own limit,
     not crowding: recorded oom once, not run again alone."""
-    out = tmp_path / "s.json"
-    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 4, "--warmup", 2, "--seq-len", 512,
-                    "--memory-limit", 2.6, "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
+    proc = cpu_oom_sweep["proc"]
     assert proc.returncode == 0, proc.stderr
-    events, runs = _runs(tmp_path / "runs")
+    events, runs = _runs(cpu_oom_sweep["runs"])
     assert any(r["started"].get("head_start") for r in runs.values() if "started" in r)
     failed = [e for e in events if e["type"] == "run_failed"]
     assert failed and all(e["kind"] == "oom" and e["run_id"].endswith("16x1") for e in failed), failed
     assert not any("-alone" in rid for rid in runs)
-    rows = {r["trial"]: r["status"] for r in json.loads(out.read_text())["splits"]}
+    rows = {r["trial"]: r["status"] for r in json.loads(cpu_oom_sweep["out"].read_text())["splits"]}
     assert rows == {"16x1": "oom", "1x16": "ok"}
 
 

@@ -1,6 +1,6 @@
 """The monitor (issue 18): the answer and the why at a glance, at 80x24 and 120x36, and never a
 hidden failure. Driven with ``App.run_test()`` on real event logs recorded on the H200 (and a
-real tiny CPU sweep for the two-machine replay)."""
+tiny sweep recorded on a 2-core CPU for the two-machine replay)."""
 
 import asyncio
 import gzip
@@ -22,6 +22,8 @@ from tracetui.tui.app import HelpScreen, TraceApp, monitor_exit, watch_idle
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import (BOUNDS, DetailPane, Failures, GpuStatus, RunList, StatusLine, SummaryTable,
                                   Timeline, draw_bar, phase_bars, pick_columns, step_segments)
+
+from .conftest import CPU_TINY
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "tests" / "data" / "h200_sweep.jsonl"  # 1x4, 2x2, 4x1, one run each
@@ -245,9 +247,8 @@ def test_phase_bars_end_at_the_step_median():
 
 # ---- two machines ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
-def test_a_replay_of_two_machines_labels_every_row_and_panel(tiny_sweep, size):
-    assert tiny_sweep["jsonl"] is not None, tiny_sweep["proc"].stderr
-    events = load(H200) + read_events([tiny_sweep["jsonl"]]).events
+def test_a_replay_of_two_machines_labels_every_row_and_panel(size):
+    events = load(H200) + load(CPU_TINY)
     app = TraceApp(ReplaySource(events))
 
     async def steps(pilot):

@@ -12,9 +12,10 @@ from tracetui.config import ConfigError, SweepConfig
 from tracetui.runner import preflight
 from tracetui.runner.lifetime import forking, trial_context
 
-from .conftest import wait_until
+from .conftest import held_import, wait_until
 
-pytestmark = pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")
+pytestmark = [pytest.mark.slow,  # each test starts a fork server (its imports: torch, transformers, TRL)
+              pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")]
 
 
 def test_a_sweep_runs_without_torch_in_tracetui_itself(tmp_path):
@@ -85,51 +86,82 @@ def test_a_forked_trial_finds_the_work_every_trial_repeats_done_in_the_server():
     proc.join()
 
 
-def test_a_fork_server_killed_while_it_imports_leaves_the_checks_to_tracetui(monkeypatch):
+def test_a_fork_server_killed_while_it_imports_leaves_the_checks_to_tracetui(monkeypatch, tmp_path):
     """An out-of-memory killer takes the fork server while it imports: the checks run here, and
     the next trial's server is started again."""
     import os
     import signal
     import threading
-    import time
 
     from tracetui.runner.lifetime import server_pid
 
+    env, held = held_import(tmp_path / "hold", "torch")  # (the server inherits this process's environment)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     old = server_pid()
     _kill_the_server()  # the checks start the server again first ...
+    killed = []
 
-    def kill_the_new_one():  # ... and it is killed a moment into its imports
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            pid = server_pid()
-            if pid and pid != old:
-                time.sleep(0.5)
-                os.kill(pid, signal.SIGKILL)
-                return
-            time.sleep(0.02)
+    def kill_the_new_one():  # ... and it is killed in the middle of its imports (held at torch)
+        wait_until(held.exists, 60)
+        killed.append(int(held.read_text()))
+        os.kill(killed[0], signal.SIGKILL)
 
-    killer = threading.Thread(target=kill_the_new_one)
+    killer = threading.Thread(target=kill_the_new_one, daemon=True)
     killer.start()
     here = []
     monkeypatch.setattr(preflight, "validate_deep", lambda c: here.append(c))
     cfg = SweepConfig()
     preflight.validate_deep_forked(cfg, trial_context())
-    killer.join()
+    killer.join(60)
+    assert killed and killed[0] != old
     assert here == [cfg]
-    # and the next check has a server again
+    # and the next check has a server again (one that imports as it should)
+    monkeypatch.delenv("TRACETUI_TEST_HOLD")
     preflight.validate_deep_forked(SweepConfig(lora_targets="q_proj"), trial_context())
-    assert here == [cfg]
+    assert here == [cfg] and server_pid() not in (None, old, killed[0])
+
+
+class _Said:
+    """A stream that sets ``said`` once ``words`` have been written to it (and passes all on)."""
+
+    def __init__(self, stream, words: str):
+        import threading
+
+        self.stream, self.words, self.said = stream, words, threading.Event()
+
+    def write(self, text: str) -> int:
+        if self.words in text:
+            self.said.set()
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+class _Recording:
+    """A multiprocessing context that keeps the processes it makes."""
+
+    def __init__(self, ctx):
+        self.ctx, self.made = ctx, []
+
+    def Process(self, *args, **kwargs):  # noqa: N802 - multiprocessing's name
+        proc = self.ctx.Process(*args, **kwargs)
+        self.made.append(proc)
+        return proc
+
+    def __getattr__(self, name):
+        return getattr(self.ctx, name)
 
 
 def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch, capsys):
     """A hub id whose server accepts the connection and never answers (a real socket): the
-    check would wait for minutes. Ctrl-C stops it at once, and its process is gone."""
+    check would wait for minutes. Ctrl-C stops it at once, its process killed, not waited for."""
     import multiprocessing as mp
     import os
     import signal
     import socket
     import threading
-    import time
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -143,14 +175,16 @@ def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch, capsys):
     _kill_the_server()
     try:
         preflight.validate_deep_forked(SweepConfig(lora_targets="q_proj"), trial_context())  # server up
-        timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        t0 = time.monotonic()
+        stderr = _Said(sys.stderr, "tracetui: still checking")
+        monkeypatch.setattr(sys, "stderr", stderr)
+        # Ctrl-C once the check has reached the silent hub and tracetui has said what it waits for
+        threading.Thread(target=lambda: (wait_until(lambda: held and stderr.said.is_set(), 60),
+                                         os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+        ctx = _Recording(trial_context())
         with pytest.raises(KeyboardInterrupt):
-            preflight.validate_deep_forked(SweepConfig(model="someone/some-model"), trial_context())
-        assert time.monotonic() - t0 < 6
-        assert held  # the check did reach the silent hub
-        # and before the Ctrl-C, tracetui said what it was waiting for
+            preflight.validate_deep_forked(SweepConfig(model="someone/some-model"), ctx)
+        (check,) = ctx.made
+        assert check.exitcode == -signal.SIGKILL  # stopped, not waited for until the hub gave up
         assert "tracetui: still checking someone/some-model and synthetic after 0 s (a hub that does not answer?)" \
             in capsys.readouterr().err
         assert not [p for p in mp.active_children() if p.name == "tracetui-checks"]
@@ -175,17 +209,19 @@ def _kill_the_server() -> None:
 
 def test_ctrl_c_before_any_run_takes_the_importing_fork_server_along(tmp_path):
     """Interrupted while the fork server still imports: tracetui exits 130 with one line, and
-    the server goes with it (it used to finish its imports first, seconds of a core)."""
+    the server goes with it (it used to finish its imports first, seconds of a core). Its
+    imports are held here (for two minutes): a tracetui that waited for them would not end."""
+    import os
     import signal
-    import time
     from pathlib import Path
 
     from tracetui.runner.lifetime import process_gone
 
+    env, held = held_import(tmp_path / "hold", "torch")
     proc = subprocess.Popen([sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(tmp_path / "x.csv"),
                              "--runs-dir", str(tmp_path / "runs"), "--repeats", "1"],
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env))
 
     def servers():
         """tracetui's child that is the fork server, while it imports."""
@@ -200,12 +236,15 @@ def test_ctrl_c_before_any_run_takes_the_importing_fork_server_along(tmp_path):
                 found.append(int(stat.parent.name))
         return found
 
-    wait_until(lambda: servers(), 30)
-    server = servers()[0]
-    proc.send_signal(signal.SIGINT)
-    t0 = time.monotonic()
-    _, err = proc.communicate(timeout=60)
-    # at once: it used to wait at exit for the server to finish importing (4-5 s here)
-    assert time.monotonic() - t0 < 2.5
+    try:
+        wait_until(lambda: held.exists() or proc.poll() is not None, 60)
+        server = int(held.read_text())
+        assert servers() == [server]  # the fork server, held in its imports
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "tracetui: error: interrupted before any run started"
-    wait_until(lambda: process_gone(server), 1.5)
+    wait_until(lambda: process_gone(server), 10)

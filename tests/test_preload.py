@@ -38,6 +38,7 @@ _OPTIONAL_HERE = [n for n in ("sklearn", "scipy", "torchvision", "torchaudio")
                   if __import__("importlib.util").util.find_spec(n) is not None]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _OPTIONAL_HERE, reason="none of the optional packages is installed here")
 def test_a_forked_trial_has_none_of_the_optional_packages_imported_yet_can_import_them():
     ctx = trial_context()
@@ -107,6 +108,7 @@ def test_asked_to_the_server_imports_the_optional_packages_as_the_libraries_woul
     assert out.stdout.split() == ["[]", "False"], out.stderr
 
 
+@pytest.mark.slow
 def test_the_fork_server_ends_with_tracetui_not_after_it(tmp_path):
     """Left to end by itself the server outlives tracetui by its own interpreter's shutdown,
     holding tracetui's output open meanwhile; tracetui kills it as it exits. Read through a

@@ -11,8 +11,6 @@ from tracetui.store import read_events
 
 from .conftest import ROOT, cli_args, read_csv, run_main, wait_until
 
-pytestmark = pytest.mark.slow
-
 
 def _save_tiny_model(path):
     import torch
@@ -27,6 +25,7 @@ def _save_tiny_model(path):
     byte_tokenizer().save_pretrained(path)
 
 
+@pytest.mark.slow
 def test_local_model_directory_and_jsonl_text(tmp_path, monkeypatch):
     """A model folder and a data file given by paths relative to where tracetui runs. The fork
     server (one per process) is started first from another folder: a trial forked from it must
@@ -58,6 +57,7 @@ def test_local_model_directory_and_jsonl_text(tmp_path, monkeypatch):
     assert all(0 < e["tokens"] <= 2 * 48 for e in steps)
 
 
+@pytest.mark.slow
 def test_unreachable_hub_ids_are_config_errors(tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     cases = {"--model": "nobody/no-such-model", "--dataset": "nobody/no-such-data"}
@@ -79,6 +79,7 @@ def test_unreachable_hub_ids_are_config_errors(tmp_path):
                 proc.wait()
 
 
+@pytest.mark.slow
 def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(tmp_path):
     """No route to the hub (a port nobody listens on stands for it): one line says so, and the
     checks and runs load from the cache at once instead of each waiting on the hub's retries."""

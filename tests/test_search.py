@@ -188,6 +188,7 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     assert len(results.runs[next(i for i in results.runs if i.endswith("/4x2"))].steps) == 6
 
 
+@pytest.mark.slow
 def test_real_cpu_search_runs_a_trial_predicted_not_to_fit_when_asked_and_its_oom_bounds_it(tmp_path):
     """--run-unfit on the CPU: 8x1, predicted over 90% of --memory-limit, runs and really runs out
     of memory (the capped data size); its row says so beside its prediction, and the search goes

@@ -5,14 +5,25 @@ import queue
 import signal
 import sys
 import threading
-import time
+
+import pytest
 
 from tracetui.events import make
 from tracetui.plan import RunSpec
 from tracetui.runner import supervise as sup
+from tracetui.runner.lifetime import process_gone
 from tracetui.trial import Trial
 
+from .conftest import wait_until
+
 SPEC = RunSpec("s/4x1", Trial(4, 1), 0)
+
+
+@pytest.fixture(autouse=True)
+def no_drain(monkeypatch):
+    """These trials send nothing over a socket: no wait for events after their process has gone
+    (their output is in their log, whole, once they have gone)."""
+    monkeypatch.setattr(sup, "DRAIN_S", 0.0)
 
 
 def _run(code: str, tmp_path, inbox=None, stop=None, stall=None, events=()):
@@ -22,9 +33,8 @@ def _run(code: str, tmp_path, inbox=None, stop=None, stall=None, events=()):
         inbox.put(e)
     child = sup.CommandChild([sys.executable, "-c", code], {}, inbox, tmp_path / "run.log")
     seen: list[dict] = []
-    t0 = time.monotonic()
     status = sup.supervise(SPEC, child, seen.append, stop or threading.Event(), stall)
-    return status, seen, time.monotonic() - t0, child
+    return status, seen, child
 
 
 def test_the_lead_ranks_end_is_the_runs_end(tmp_path):
@@ -32,7 +42,7 @@ def test_the_lead_ranks_end_is_the_runs_end(tmp_path):
               make("run_failed", "s/4x1", rank=1, kind="oom", message="rank 1"),
               make("run_finished", "s/4x1", rank=0, steps=1),
               make("step", "s/other", step=9, wall_ms=1.0, rank=0)]  # a straggler of another run: passed on
-    status, seen, _, _ = _run("pass", tmp_path, events=events)
+    status, seen, _ = _run("pass", tmp_path, events=events)
     assert status == ("ok", "")
     assert [e["type"] for e in seen] == ["step", "run_failed", "run_finished", "step"]
 
@@ -46,7 +56,7 @@ def test_an_end_nobody_reported_is_read_once(tmp_path):
         "pass": ("error", "no Trainer reported"),
     }
     for code, (kind, words) in cases.items():
-        (status, message), seen, _, child = _run(code, tmp_path)
+        (status, message), seen, child = _run(code, tmp_path)
         assert status == kind and words in message, (code, status, message)
         assert str(child.log_path) in message
         # said once, as the run's run_failed event, after a start event that gives it its row
@@ -57,20 +67,28 @@ def test_an_end_nobody_reported_is_read_once(tmp_path):
 
 def test_a_stop_reaches_the_whole_process_group(tmp_path):
     stop = threading.Event()
-    threading.Timer(1.0, stop.set).start()
     # with a child of its own: the signal goes to the whole group
-    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
-            " time.sleep(60)")
-    (status, message), _, took, child = _run(code, tmp_path, stop=stop)
+    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            " print('child', p.pid, flush=True); time.sleep(60)")
+    log = tmp_path / "run.log"
+
+    def started():  # the trial and its own child both running: stop it
+        return log.exists() and "child" in log.read_text()
+
+    stopper = threading.Thread(target=lambda: (wait_until(started, 60), stop.set()), daemon=True)
+    stopper.start()
+    (status, message), _, child = _run(code, tmp_path, stop=stop)
     assert (status, message) == ("interrupted", "stopped by the sweep")
-    assert took < 10 and child.exitcode() == -signal.SIGTERM
+    assert child.exitcode() == -signal.SIGTERM
+    grandchild = int(log.read_text().split()[1])
+    wait_until(lambda: process_gone(grandchild), 10)  # SIGTERM'd with it (a sleep of a minute otherwise)
 
 
 def test_a_run_without_progress_is_stalled(tmp_path, monkeypatch):
     monkeypatch.setattr(sup, "START_STALL_S", 0.0)  # no first-step allowance: the limit is --stall-timeout
-    (status, message), seen, took, _ = _run("import time; time.sleep(60)", tmp_path, stall=1.0)
+    (status, message), seen, _ = _run("import time; time.sleep(60)", tmp_path, stall=1.0)
     assert status == "stalled" and message.startswith("no progress for 1 s (limit 1 s, before the first step)")
-    assert took < 10 and seen[-1]["kind"] == "stalled"
+    assert seen[-1]["kind"] == "stalled"
 
 
 def test_a_death_under_a_memory_cap_is_out_of_memory(tmp_path):
@@ -85,10 +103,11 @@ def test_a_death_under_a_memory_cap_is_out_of_memory(tmp_path):
     status, message = sup.supervise(SPEC, child, lambda e: None, threading.Event(), None)
     assert status == "oom"
     assert message.startswith("out of memory at micro-batch 4 under --memory-limit 0.5 GiB (killed by SIGSEGV)")
-    (status, message), _, _, _ = _run(code, tmp_path)
+    (status, message), _, _ = _run(code, tmp_path)
     assert status == "crashed" and "killed by SIGSEGV" in message
 
 
+@pytest.mark.slow
 def test_a_script_that_dies_before_its_trainer(tmp_path):
     """``tracetui sweep -- python bad.py``: a script that fails before any trainer reports gets a
     row per run under its trial's name with the reason; the second identical failure stops the

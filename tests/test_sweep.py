@@ -47,7 +47,7 @@ def test_jsonl_holds_every_event(tiny_sweep):
     assert report.skipped == 0
     types = [e["type"] for e in report.events]
     assert types.count("run_started") == 3 and types.count("run_finished") == 3
-    assert types.count("step") == 3 * 8
+    assert types.count("step") == 3 * 9
     started = [e for e in report.events if e["type"] == "run_started"]
     for e in started:
         env = e["env"]
@@ -58,8 +58,8 @@ def test_jsonl_holds_every_event(tiny_sweep):
     for e in steps:
         by_run.setdefault(e["run_id"], []).append(e)
     for run_id, evs in by_run.items():
-        assert [e["step"] for e in evs] == list(range(1, 9))
-        assert [e["warmup"] for e in evs] == [True, True] + [False] * 6
+        assert [e["step"] for e in evs] == list(range(1, 10))
+        assert [e["warmup"] for e in evs] == [True] * 3 + [False] * 6
         ga = next(e["grad_accum"] for e in started if e["run_id"] == run_id)
         for e in evs:
             # per-micro-batch phases are kept
@@ -74,7 +74,7 @@ def test_jsonl_holds_every_event(tiny_sweep):
 
 def test_steps_csv(tiny_sweep):
     rows = read_csv(tiny_sweep["steps"])
-    assert len(rows) == 24
+    assert len(rows) == 27
     one = [r for r in rows if r["split"] == "1x4"][0]
     assert len(one["forward_ms_each"].split()) == 4
 

@@ -3,7 +3,7 @@ checks, the first run's start), the time between runs and after the last step, i
 headless line and the monitor; and what each run's start was spent on, in the detail pane.
 
 Real sweeps of the tiny preset (real forked workers, a real trainer in each), read back from
-their own logs."""
+their own logs; the monitor's account from one recorded."""
 
 import asyncio
 import json
@@ -17,7 +17,7 @@ from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import DetailPane, start_words
 
-from .conftest import run_cli, run_main
+from .conftest import CPU_TINY, run_cli, run_main
 
 
 def _adds_up(spent: dict) -> bool:
@@ -32,6 +32,7 @@ def _log(runs_dir):
     return log
 
 
+@pytest.mark.slow
 def test_a_sweeps_time_adds_up_from_its_start_to_its_end(tmp_path):
     out = tmp_path / "sum.json"
     proc = run_cli("--splits", "1x2,2x1", "--effective-batch", "2", "--steps", "5", "--warmup", "2", "--seq-len", "32",
@@ -56,6 +57,7 @@ def test_a_sweeps_time_adds_up_from_its_start_to_its_end(tmp_path):
     assert line.startswith(f"tracetui: time: {spent['command_s']:.1f} s, ") and "before the first step" in line
 
 
+@pytest.mark.slow
 def test_a_replayed_log_gives_the_same_account_and_a_command_called_again_starts_afresh(tmp_path):
     """The account is the log's: ``show`` gives what the sweep gave. A second command in the
     same process starts when it is called, not with the first (nor with the process)."""
@@ -76,11 +78,8 @@ def test_a_replayed_log_gives_the_same_account_and_a_command_called_again_starts
     assert json.loads(again.read_text())["time"] == [outs[1]]
 
 
-def test_the_monitor_says_where_the_time_went_and_what_each_start_was_spent_on(tmp_path):
-    proc = run_main("--splits", "1x2,2x1", "--effective-batch", "2", "--steps", "4", "--warmup", "2",
-                    "--seq-len", "16", "--runs-dir", tmp_path / "runs", "--export", "json", "-o", tmp_path / "s.json")
-    assert proc.returncode == 0, proc.stderr
-    events = read_events([_log(tmp_path / "runs")]).events
+def test_the_monitor_says_where_the_time_went_and_what_each_start_was_spent_on():
+    events = read_events([CPU_TINY]).events  # a real sweep's log, recorded
     results = Results().extend(events)
     runs = [r for r in results.runs.values() if r.steps]
     words = start_words(runs[0])

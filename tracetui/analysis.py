@@ -16,14 +16,13 @@ from typing import Any, Iterable
 from .bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
 from .events import (AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS,
                      RUN_STAGE, RUN_STARTED, STEP, SWEEP)
-from .columns import ROW_KEYS, fmt_duration
+from .columns import ROW_KEYS, SETTING_COLUMNS, fmt_duration
 from .config import KNOB_DEFAULTS
 from .knobs import KNOBS, SHORT, fmt, result_changing
 from .knobs import sft_args as knob_sft_args
 from .phases import FIELDS
 from .trial import Trial
-from .probe.quiet import gpu_picture, judge
-from .probe.settings import SETTING_COLUMNS
+from .busy import gpu_picture, judge
 
 BOOTSTRAP = 1000
 #: two splits of one effective batch whose loss curves differ anywhere by more than this

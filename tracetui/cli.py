@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return getattr(commands, f"{argv[0]}_main")(argv[1:])
         ns = build_parser().parse_args(argv)
-        cfg, splits = load_config(ns)
+        # the monitor opens before the checks that import the libraries, and says it waits on them
+        cfg, splits = load_config(ns, defer=not ns.export and not ns.dry_run)
     except (UsageError, ConfigError) as exc:
         return fail_line(str(exc))
     except KeyboardInterrupt:
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless(cfg, splits, ns, sweep=sweep)
     from .tui.app import run_app
 
-    return run_app(cfg, splits, ns, sweep=sweep)
+    return run_app(cfg, splits, ns, sweep=sweep, checks_deferred=getattr(ns, "checks_deferred", False))
 
 
 if __name__ == "__main__":

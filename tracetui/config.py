@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .knobs import KNOBS, fmt, knob_named
+from .paths import folder_problem, input_file_problem
+from .text import clean
 from .presets import PRESETS
 from .trial import Trial
 
@@ -396,7 +398,6 @@ def toml_depth(text: str) -> int:
 
 
 def load_toml(path: str) -> dict[str, Any]:
-    from .paths import input_file_problem
 
     why = input_file_problem(path)
     if why:
@@ -875,3 +876,12 @@ def check_environment(environ: Any = None) -> None:
     command starts inherit them): the first bad one as a :class:`ConfigError`."""
     for name in ENVIRONMENT:
         env_value(name, environ)
+
+
+def check_runs_dir(path: str, flag: str = "--runs-dir") -> None:
+    """``--runs-dir`` (every subcommand) before anything starts: a folder this process can
+    write into, made if missing; else one line naming the flag (:class:`ConfigError`)."""
+    why = folder_problem(path)
+    if why:
+        raise ConfigError(flag, f"{clean(path)} {why}", "give a folder you can write, or leave it out "
+                          "(default tracetui_runs)")

@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .phases import PHASES
+
 SCHEMA_VERSION = 1
 
 RUN_STARTED = "run_started"
@@ -78,8 +80,8 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         "mode": (str,), "max_steps": (int, _NONE), "varied": (OBJ,), "why": (str,),
     },
     STEP: {
-        "host_ms": _NUM, "data_ms": _NUM, "optimizer_ms": _NUM, "other_ms": _NUM,
-        "forward_ms": (NUMS,), "backward_ms": (NUMS,), "loss": _NUM + (_NONE,),
+        **{p.field: (NUMS,) if p.per_micro else _NUM for p in PHASES},  # declared once (phases.py)
+        "host_ms": _NUM, "loss": _NUM + (_NONE,),
         "tokens": (int, _NONE), "samples": (int, _NONE), "peak_mem_gib": _NUM + (_NONE,),
         "rank": (int,), "t_end": _NUM, "backward_sync_ms": _NUM, "backward_nosync_ms": _NUM,
         "comm_est_ms": _NUM, "unprobed": (bool,),

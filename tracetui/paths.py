@@ -109,15 +109,3 @@ def folder_problem(path: str, create: bool = True) -> str | None:
     except OSError:
         pass
     return None
-
-
-def check_runs_dir(path: str, flag: str = "--runs-dir") -> None:
-    """``--runs-dir`` (every subcommand) before anything starts: a folder this process can
-    write into, made if missing; else one line naming the flag (:class:`ConfigError`)."""
-    from .config import ConfigError
-    from .text import clean
-
-    why = folder_problem(path)
-    if why:
-        raise ConfigError(flag, f"{clean(path)} {why}", "give a folder you can write, or leave it out "
-                          "(default tracetui_runs)")

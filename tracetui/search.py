@@ -449,7 +449,7 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     search, line = wants_search(cfg, trials)
     if search:
         if line:
-            from .session import say
+            from .text import say
 
             say(f"tracetui: {line}")
         return make_search(cfg, trials, short_runs)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from pathlib import Path
 
 from .config import ConfigError, SweepConfig, from_args, validate
+from .text import say
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the sweep ran, but some events could not be written to its log (a full disk): the outputs
@@ -80,23 +80,6 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
 def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
     say(f"tracetui: error: {msg}")  # (one line, whatever the message quotes)
     return code
-
-
-def say(line: str) -> None:
-    """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
-    pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
-    buffer cannot fail the exit either. Whatever it quotes from outside stays one line of plain
-    text (:func:`tracetui.text.clean`)."""
-    from .text import clean
-
-    try:
-        sys.stderr.write(clean(line) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        try:
-            sys.stderr = open(os.devnull, "w")
-        except OSError:
-            pass
 
 
 class StopSignals:
@@ -300,12 +283,15 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
         raise
 
 
-def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
+def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig, list]:
     """The validated config and its splits; ``deep`` also checks model, data and device (not
-    for ``sweep``, where the script owns those)."""
+    for ``sweep``, where the script owns those). ``defer``: where those checks run in a process
+    forked from the fork server (which imports torch, transformers and TRL: seconds), start the
+    server and leave them to :func:`deferred_checks`, so that the monitor can open at once and
+    say what it waits for; ``ns.checks_deferred`` says whether they were left."""
     cfg = from_args(ns)
     splits = validate(cfg)
-    from .paths import check_runs_dir
+    from .config import check_runs_dir
 
     check_runs_dir(cfg.runs_dir)
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
@@ -323,13 +309,25 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
             if not getattr(ns, "dry_run", False) and cfg.world_size == 1 and forking():
                 # the fork server imports torch, transformers and TRL (which every trial needs)
                 # and the checks run in a process forked from it, not here
-                validate_deep_forked(cfg, trial_context())
+                ctx = trial_context()  # (started now, from the main thread, before any app)
+                ns.checks_deferred = defer
+                if not defer:
+                    validate_deep_forked(cfg, ctx)
             else:
                 validate_deep(cfg)
     except ConfigError:
         release_outputs()
         raise
     return cfg, splits
+
+
+def deferred_checks(cfg: SweepConfig) -> None:
+    """The checks :func:`load_config` left (``defer``): in a process forked from the fork server
+    once its imports are done. Raises :class:`ConfigError` as they would have."""
+    from .runner.lifetime import trial_context
+    from .runner.preflight import validate_deep_forked
+
+    validate_deep_forked(cfg, trial_context())
 
 
 def progress_printer(total_runs: int, steps: int):

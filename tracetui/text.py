@@ -12,6 +12,8 @@ the widgets build :class:`rich.text.Text` objects (:func:`plain`), never markup 
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (Rich is imported where a widget needs it: a one-line error needs only clean)
@@ -73,3 +75,18 @@ def safe_text(text: Text | str) -> Text:
             part = esc
         out.append_text(part)
     return out
+
+
+def say(line: str) -> None:
+    """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
+    pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
+    buffer cannot fail the exit either. Whatever it quotes from outside stays one line of plain
+    text (:func:`tracetui.text.clean`)."""
+    try:
+        sys.stderr.write(clean(line) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        try:
+            sys.stderr = open(os.devnull, "w")
+        except OSError:
+            pass

@@ -15,15 +15,6 @@ from typing import Any
 
 from .environment import library_versions
 
-#: the read-back settings shown as columns (CSV/JSON) and in the monitor's header, in order
-SETTING_COLUMNS = (
-    "activation_checkpointing", "precision_used", "attn_implementation", "optimizer", "loss_type",
-    "dataloader_num_workers", "dataloader_pin_memory", "torch_compile", "use_liger_kernel", "padding_free",
-    "lora_targets_resolved", "lora_dropout_used", "sharding_used", "ddp_find_unused_parameters", "comm_gib_per_step",
-    "versions",
-)
-
-
 def _arg(args: Any, *names: str, default: Any = None) -> Any:
     """The first of ``names`` that ``args`` has (transformers renames settings between releases)."""
     for name in names:

@@ -239,7 +239,7 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
         writer.close()
         ready = wait([reader, proc.sentinel], SLOW_CHECK_S)
         if not ready:  # a hub that takes the connection and never answers: say so, not silence
-            from ..session import say
+            from ..text import say
 
             say(f"tracetui: still checking {cfg.model} and {cfg.dataset} after {SLOW_CHECK_S:.0f} s "
                 "(a hub that does not answer?); Ctrl-C stops")

@@ -288,7 +288,7 @@ def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
 
 
-def _ensure_resource_tracker() -> None:
+def ensure_resource_tracker() -> None:
     """Start multiprocessing's resource tracker now, while ``sys.stderr`` is the real one.
 
     Textual replaces ``sys.stderr``; a tracker started later would be handed its bad file
@@ -334,7 +334,7 @@ class Sweep(SweepBase):
         self._alone = threading.Condition()
         self._alone_pending = 0
         self._solo = threading.Lock()
-        _ensure_resource_tracker()
+        ensure_resource_tracker()
 
     def sharing_line(self) -> str | None:
         """One line on how the runs share the device: with head starts."""

@@ -130,6 +130,53 @@ class SweepSource(Source):
         return str(self.sweep.log.path)
 
 
+class PreparingSource(SweepSource):
+    """A sweep that is built once the checks it needs (the model, the data, the device: seconds
+    of library imports in the fork server) have passed, on this source's thread, so that the
+    monitor opens at once and says what it waits for. ``build`` returns the sweep, or raises
+    :class:`~tracetui.config.ConfigError` (``error`` then holds its line, and the source is done);
+    ``on_ready(sweep)`` is called once it is built."""
+
+    def __init__(self, build, on_ready=None) -> None:
+        super().__init__(None)
+        self.build = build
+        self.on_ready = on_ready
+        self.error: str | None = None
+        self._stopped = False
+
+    def start(self, inbox: Inbox) -> None:
+        from ..config import ConfigError
+
+        self._inbox = inbox
+
+        def prepare() -> None:
+            try:
+                sweep = self.build()
+            except ConfigError as exc:
+                self.error = str(exc)
+                return
+            sweep.on_event = inbox.put
+            self.sweep = sweep
+            if self.on_ready is not None:
+                self.on_ready(sweep)
+            if self._stopped:  # quit while the checks ran: nothing starts
+                sweep.stop()
+            sweep.run()
+
+        self._launch(prepare)
+
+    def rerun(self, run_id: str) -> bool:
+        return self.sweep is not None and super().rerun(run_id)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self.sweep is not None:
+            self.sweep.stop()
+
+    def describe(self) -> str:
+        return str(self.sweep.log.path) if self.sweep is not None else "no events yet (the checks run)"
+
+
 class WatchSource(Source):
     """Scripts attached through :class:`~tracetui.attach.TraceCallback`, over a socket."""
 

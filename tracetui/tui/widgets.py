@@ -19,7 +19,7 @@ from textual_plotext import PlotextPlot
 
 from ..analysis import (PROBE_WHY, Policy, Results, RunData, median, recommendation, repeat_mark, scope_note, step_span,
                         verdict)
-from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
+from ..columns import Cell, MONITOR, STATUS_STYLE, fmt, table_context
 from ..knobs import SHORT
 from ..phases import PHASES
 from ..text import clean, plain, safe_text
@@ -663,7 +663,8 @@ def pick_columns(rows: list[dict], width: int) -> tuple[list, dict]:
 
     def show(col, row):
         f = cell.get(col.key)
-        return f(row, ctx) if f else col.show(row, ctx)
+        c = f(row, ctx) if f else col.show(row, ctx)
+        return Text(c.text, style=c.style) if isinstance(c, Cell) else c
 
     def need(col) -> int:
         cells = [show(col, r) for r in rows]

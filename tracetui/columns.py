@@ -118,6 +118,18 @@ def _speedup(row: dict, ctx: dict) -> Cell:
     return Cell(speed, style=_bold(row))
 
 
+def _comparison(row: dict, ctx: dict) -> str:
+    text = row.get("comparison")
+    if not text:
+        return "-"
+    return f"paired {row['paired_steps']}" if row.get("paired_steps") else "unpaired"
+
+
+def _mfu(row: dict, ctx: dict) -> str:
+    v = row.get("mfu_pct")
+    return "-" if v is None else f"{v:.1f}%" if v < 10 else f"{v:.0f}%"
+
+
 def _loss(row: dict, ctx: dict) -> str:
     return fmt(row.get("final_loss"), ".4f") + (" drift!" if row.get("loss_ok") is False else "")
 
@@ -170,7 +182,21 @@ COLUMNS: tuple[Column, ...] = (
     Column("tokens_per_s", "tok/s", spec=".0f"), Column("samples_per_s"),
     Column("speedup", "speedup", cell=_speedup, csv=False),
     Column("speedup_vs_slowest"), Column("speedup_ci_low"), Column("speedup_ci_high"),
+    Column("comparison", "vs slowest", cell=_comparison,
+           help="how the speedup was judged: paired over N steps (the two splits' steps trained on the same "
+                "rows: compared step by step) or unpaired, and why"),
+    Column("paired_steps", help="steps compared one by one against the slowest split (paired comparison)"),
     Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
+    Column("mfu_pct", "MFU", cell=_mfu, unit="%",
+           help="model FLOPs per second over the GPU's dense peak for the precision that ran (tracetui.flops)"),
+    Column("tflops", "TFLOP/s", spec=".1f", help="model FLOPs per second at the median step, in TFLOP/s"),
+    Column("tflop_per_step", spec=".4g", help="model FLOPs of one optimizer step (median), TFLOP: forward and "
+                                              "backward for the tokens processed, padding included"),
+    Column("hw_tflop_per_step", spec=".4g", help="hardware FLOPs of one optimizer step, TFLOP: model FLOPs and "
+                                                 "activation checkpointing's recomputation"),
+    Column("peak_tflops", help="the dense peak MFU is measured against, TFLOP/s (--peak-tflops sets it)"),
+    Column("padding_pct", unit="%", help="share of the positions processed that were padding (counted as work)"),
+    Column("mfu_note", help="the peak used and its precision, the padding; or why there is no MFU"),
     Column("peak_mem_gib", "peak GiB", spec=".2f", unit="GiB"), Column("mem_total_gib", unit="GiB"),
     Column("predicted_mem_gib", "pred GiB", spec=".2f", unit="GiB",
            help="peak memory the search predicted before the trial started (--search)"),
@@ -242,6 +268,8 @@ def check_rows(rows: list[dict]) -> list[str]:
 #: intermediate values of the analysis)
 _INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
              "varied", "knob_values", "failed_kinds",
+             # each other split of the group: the ratio of its step to this one's, paired, with its interval
+             "paired_vs",
              # scratch of summarise, gone before it returns: the loss curve, the run-level
              # log-median statistics of the speedup interval
              "loss_curve", "_mu", "_k", "_var", "_df"}

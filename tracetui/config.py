@@ -144,6 +144,10 @@ class SweepConfig:
     memory_limit: float | None = setting(None, "cap the memory a run may take: CUDA memory on a GPU, the worker's "
                                                "data size on the CPU", kind=float, metavar="GiB", above=0.0,
                                          high=float(2**20), unit="GiB", example="16")
+    #: no GPU's dense peak is near a million TFLOP/s: a value past it is a typo
+    peak_tflops: float | None = setting(None, "the GPU's dense peak for the precision that runs, to measure MFU "
+                                              "against (default: tracetui's table of GPUs)", kind=float,
+                                        metavar="TFLOP/s", above=0.0, high=1e6, example="989")
     runs_dir: str = setting("tracetui_runs", "where event logs go")
     sample_hz: float = setting(10.0, "GPU samples per second", above=0.0, high=100.0, example="10")
     probe: bool = setting(True, "train without the probe's hooks (for overhead measurements)", flag="--no-probe",

@@ -75,6 +75,8 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
         for name in ("allow_result_changes", "allow_busy"):
             g.add_argument("--" + name.replace("_", "-"), action="store_true",
                            help=SweepConfig.__dataclass_fields__[name].metadata["help"])
+        g.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOP/s",
+                       help=SweepConfig.__dataclass_fields__["peak_tflops"].metadata["help"])
 
 
 def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
@@ -253,6 +255,10 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
     """Every explicit output, before anything runs: a path that can be written, not a symbolic
     link, not one already there (unless ``--force``), no two flags on one file, and (``lock``)
     locked against a second command writing it at the same time."""
+    peak = getattr(ns, "peak_tflops", None)
+    if cfg is None and isinstance(peak, float) and not 0 < peak < 1e6:  # show, watch (a sweep's config checks its own)
+        raise ConfigError("--peak-tflops", f"must be a positive number of TFLOP/s, got {peak}",
+                          "give e.g. --peak-tflops 989 (an H100 SXM's dense bf16)")
     seen: dict[str, str] = {}
     for path, flag in output_paths(ns, cfg):
         if path == "-":

@@ -108,6 +108,22 @@ def comm_volume(model: Any, world: int, grad_accum: int, sharding: str) -> tuple
     return 2 * share * trainable / 2**30, "all-reduce of the LoRA gradients once per step (last micro-batch)"
 
 
+def _work(model: Any) -> dict | None:
+    from ..flops import profile_of_model
+
+    profile = profile_of_model(model) if model is not None else None
+    return profile.to_dict() if profile is not None else None
+
+
+def _tf32() -> bool | None:
+    try:
+        import torch
+
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    except Exception:  # noqa: BLE001 - a torch without the switch: not known
+        return None
+
+
 def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
     """The settings one run really trains with, from its ``TrainingArguments`` and model."""
     config = getattr(model, "config", None)
@@ -156,6 +172,10 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "comm_gib_per_step": comm_gib,
         "comm_pattern": comm_pattern,
         "versions": " / ".join(f"{k} {v}" for k, v in library_versions().items()),
+        # the model's linear layers, for the work each step does (tracetui.flops), and whether fp32
+        # products ran as TF32 (the peak they are measured against)
+        "model_work": _work(model),
+        "tf32": _tf32(),
     }
     for key, value in list(out.items()):  # enums and other objects as their plain names
         if isinstance(value, enum.Enum):

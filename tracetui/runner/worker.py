@@ -198,7 +198,7 @@ def run(spec: dict, mp_queue: Any) -> None:
                        pid=os.getpid(), rank=0, precision=precision, env=env,
                        config={k: v for k, v in cfg.to_dict().items()
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
-                                        "lora_targets", "memory_limit", "seed", *KNOBS)},
+                                        "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
                        gpu=spec.get("gpu"), log_path=spec["log_path"],
                        **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
         if device == "cuda":

@@ -645,8 +645,8 @@ def _bound_cell(row: dict, ctx: dict) -> str:
 
 #: the monitor's columns, most wanted first: the first six always come when they fit
 PRIORITY = ("split", "status", "step_ms_median", "speedup", "bound", "peak_mem_gib", "tokens_per_s",
-            "gpu_util_mean", "spread", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms",
-            "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
+            "gpu_util_mean", "mfu_pct", "comparison", "spread", "data_ms", "forward_ms", "backward_ms",
+            "optimizer_ms", "other_ms", "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
             "gpus", "comm_ms", "ranks")
 
 
@@ -882,6 +882,27 @@ def _comm_words(row: dict) -> Text:
     return text
 
 
+def _work_words(row: dict) -> Text:
+    """The work one step does and how far it is from the device's peak (:mod:`tracetui.flops`)."""
+    text = Text()
+    if row.get("tflop_per_step") is None:
+        return text
+    text.append(f"\nwork: {_flop(row['tflop_per_step'])} per step")
+    if row.get("hw_tflop_per_step") and row["hw_tflop_per_step"] > row["tflop_per_step"] * 1.001:
+        text.append(f" ({_flop(row['hw_tflop_per_step'])} with checkpointing's recompute)")
+    text.append(f" · {row['tflops']:.3g} TFLOP/s")
+    if row.get("mfu_pct") is not None:
+        text.append(f" · MFU {row['mfu_pct']:.1f}%", style="bold")
+    note = row.get("mfu_note")
+    if note:
+        text.append(f"\n  {note}", style="dim")
+    return text
+
+
+def _flop(tflop: float) -> str:
+    return f"{tflop:.3g} TFLOP" if tflop >= 0.1 else f"{tflop * 1000:.3g} GFLOP"
+
+
 class DetailPane(Pane):
     """The selected trial: its step and speedup and why it failed, then the bound with its
     evidence in words (the why, near the top), the phase breakdown, memory against the card, the
@@ -935,8 +956,11 @@ class DetailPane(Pane):
                 text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
                 if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
                     text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")
+                if row.get("comparison"):
+                    text.append(f" ({row['comparison']})", style="dim")
             if row.get("tokens_per_s"):
                 text.append(f" · {row['tokens_per_s']:.0f} tok/s")
+            text.append_text(_work_words(row))
             text.append("\nwhy: ")
             text.append_text(_bound_words(row))
             parts = [f"{p.short} {row.get(p.field) or 0.0:.1f}" for p in PHASES]

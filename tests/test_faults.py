@@ -288,7 +288,7 @@ def test_unwritable_places_refused_up_front(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["--export", "csv", "--runs-dir", str(blocker / "runs")]) == 2
-    assert "--runs-dir: cannot create" in capsys.readouterr().err
+    assert f"--runs-dir: {blocker / 'runs'} is inside a file, not a folder" in capsys.readouterr().err
 
 
 class _FlakyNvml:

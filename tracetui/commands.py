@@ -34,7 +34,7 @@ def _check_outputs(ns, default: str | None = None) -> None:
 
 
 def _check_runs_dir(ns) -> None:
-    """``--runs-dir`` of ``watch`` and ``run``, as a sweep's (:func:`tracetui.paths.check_runs_dir`)."""
+    """``--runs-dir`` of ``watch`` and ``run``, as a sweep's (:func:`tracetui.config.check_runs_dir`)."""
     from .config import check_runs_dir
 
     try:

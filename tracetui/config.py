@@ -535,6 +535,15 @@ def whole_number(low: int, high: int):
 MAX_PROJECT_STEPS = 10**9
 
 
+def range_help(meta: dict) -> str:
+    """The range ``meta`` declares, for ``--help``: `` (at least 0, at most 4294967295)``."""
+    parts = ([f"at least {_num(meta['low'])}"] if meta.get("low") is not None else
+             [f"above {_num(meta['above'])}"] if meta.get("above") is not None else [])
+    parts += ([f"at most {_num(meta['high'])}"] if meta.get("high") is not None else
+              [f"below {_num(meta['below'])}"] if meta.get("below") is not None else [])
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def check_value(name: str, value: Any, flag: str | None = None) -> None:
     """``value`` for setting ``name``, by its declaration: a string of printable characters of
     at most :data:`MAX_TEXT`, a number in its declared range. A :class:`ConfigError` naming
@@ -705,9 +714,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         m = f.metadata
         flag = m["flag"] or "--" + f.name.replace("_", "-")
         default = f.default if f.default is not MISSING else f.default_factory()
-        shown = ",".join(map(str, default)) if isinstance(default, list) else default
-        help_text = m["help"] + (f" (default {shown})" if m["show_default"] and default is not None
-                                 and m["kind"] is not bool else "")
+        given = ",".join(map(str, default)) if isinstance(default, list) else default
+        help_text = m["help"] + (f" (default {given})" if m["show_default"] and default is not None
+                                 and m["kind"] is not bool else "") + range_help(m)
         if m["kind"] is bool:
             if m["flag"]:  # a switch that turns a default-on setting off
                 g.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
@@ -776,11 +785,14 @@ class EnvVar:
 
     name: str
     help: str
-    kind: str = "str"  # str, int, float, json, rule (PCT:MIN_STEPS) or flag (any value: set or not)
+    kind: str = "str"  # str, int, float, json, choice, rule (PCT:MIN_STEPS) or flag (any value: set or not)
     low: float | None = None
     high: float | None = None
     max_len: int = MAX_TEXT
     by_tracetui: bool = False
+    choices: tuple[str, ...] = ()
+    #: the fix the one line gives, where the general one would say less
+    fix: str = ""
 
 
 #: every TRACETUI_* variable tracetui reads (a test checks that the code reads no other)
@@ -788,6 +800,11 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     # a UNIX socket's path holds at most 107 bytes (sun_path)
     EnvVar("TRACETUI_SOCKET", "the socket `watch` listens on and TraceCallback sends to", max_len=107),
     EnvVar("TRACETUI_WARMUP", "TraceCallback's warm-up steps", "int", low=0, high=1_000_000),
+    # a misspelt one (forksever) would quietly start fresh interpreters
+    EnvVar("TRACETUI_START", "how trials start", "choice", choices=("forkserver", "spawn"),
+           fix="unset it (the fork server, on Linux), or set spawn for fresh interpreters"),
+    EnvVar("TRACETUI_PRELOAD_OPTIONAL", "whether the fork server imports the optional packages", "choice",
+           choices=("0", "1"), fix="set 1 to let the fork server import them, or unset it"),
     # a run id is at most 200 characters (tracetui.events)
     EnvVar("TRACETUI_RUN_ID", "the run id TraceCallback reports under", max_len=200),
     EnvVar("TRACETUI_OWNER_PID", "the tracetui process a trial dies with", "int", low=1, high=2**22,
@@ -816,9 +833,15 @@ def env_value(name: str, environ: Any = None) -> Any:
         return None
     want = {"int": "a whole number", "float": "a number", "json": "JSON",
             "rule": "PCT:MIN_STEPS (e.g. 5:10)"}.get(var.kind, "text")
-    fix = ("unset it (tracetui sets it for the processes it starts)" if var.by_tracetui
-           else f"give {want} ({var.help}), or unset it")
+    fix = var.fix or ("unset it (tracetui sets it for the processes it starts)" if var.by_tracetui
+                      else f"give {want} ({var.help}), or unset it")
     if var.kind == "flag":
+        return raw
+    if var.kind == "choice":
+        if raw not in var.choices:
+            said = (f"neither {var.choices[0]} nor {var.choices[1]}" if len(var.choices) == 2
+                    else f"not one of {', '.join(var.choices)}")
+            raise ConfigError(name, f"{shown(raw)} is {said}", fix)
         return raw
     if len(raw) > var.max_len:
         raise ConfigError(name, f"is {len(raw)} characters long, over the {var.max_len} it may be", fix)

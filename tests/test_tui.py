@@ -12,6 +12,8 @@ from tracetui.config import SweepConfig, validate
 from tracetui.events import make
 from tracetui.runner.sweep import Sweep
 from tracetui.store import read_events
+from tracetui.analysis import Policy
+from tracetui.outputs import Outputs
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource, SweepSource
 from tracetui.tui.widgets import RunList, SummaryTable, Verdict
@@ -61,7 +63,7 @@ def test_live_sweep_in_app(tmp_path):
                       runs_dir=str(tmp_path / "runs"), allow_busy=True)
     sweep = Sweep(cfg, validate(cfg))
     out = tmp_path / "live.csv"
-    app = TraceApp(SweepSource(sweep), out_path=str(out),
+    app = TraceApp(SweepSource(sweep), outputs=Outputs(str(out), "csv", policy=Policy.of(cfg)),
                    planned=[(s.run_id, s.trial) for s in sweep.planned()], screenshot_dir=str(tmp_path))
     statuses_seen = set()
     answers_while_running = set()

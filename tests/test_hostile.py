@@ -12,7 +12,6 @@ hypothesis makes of it and with a real case of each.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -29,7 +28,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tracetui.bounded import EvenSample, approx_bytes
-from tracetui.events import dumps, make, parse_line
+from tracetui.events import dumps, make
 from tracetui.text import clean, plain, safe_text
 
 from .conftest import ROOT, read_csv, run_cli
@@ -647,3 +646,15 @@ def test_a_real_watch_flooded_with_valid_events_stays_small_and_ends_quickly():
     took = float(re.search(r"SIGINT to exit: ([\d.]+) s; exit status 0", proc.stdout).group(1))
     assert peak < 200 and took < 5.0, proc.stdout
     assert "to stay within its memory" in proc.stdout or peak < 150
+
+
+def test_the_monitors_inbox_holds_a_bounded_number_of_events():
+    """Between a listener and the screen: past its limit, what arrives is counted, not held."""
+    from tracetui.tui.sources import Inbox
+
+    inbox = Inbox(limit=1000)
+    for i in range(5000):
+        inbox.put({"type": "step", "i": i})
+    assert len(inbox.drain()) == 1000 and inbox.dropped == 4000
+    inbox.put({"type": "step", "i": -1})  # drained: room again
+    assert [e["i"] for e in inbox.drain()] == [-1]

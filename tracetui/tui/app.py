@@ -143,6 +143,7 @@ class TraceApp(App):
         super().__init__()
         self.source = source
         self.inbox = Inbox(notify=lambda: self.post_message(EventsArrived()))
+        self._said_dropped = False
         self.results = Results()
         self.rows: list[dict] = []
         self.outputs = outputs or Outputs(out_path, output_format(type("ns", (), {"output": out_path})),
@@ -266,6 +267,10 @@ class TraceApp(App):
         if events:
             self.events_applied += len(events)
             self._dirty = True
+        if self.inbox.dropped and not self._said_dropped:
+            self._said_dropped = True
+            self.say(f"events arrive faster than the screen takes them: some are left out of the screen "
+                     f"(never out of the log: {self.source.describe()})", "warning")
         if any(e["type"] == "sweep" for e in events):
             self._say_time()  # (once a sweep has ended: its end comes in one of these)
         return len(events)

@@ -11,17 +11,28 @@ from typing import Callable
 
 
 
+#: events the inbox holds before it drops what arrives (the event log on disk has every one):
+#: a flood faster than the screen drains cannot grow the monitor without bound
+INBOX_LIMIT = 100_000
+
+
 class Inbox:
     """Thread-safe event buffer between producers and the UI thread. ``notify`` (the app's
     "events arrived" message) is called once per batch: when the first event lands in an empty,
-    already-drained inbox, not once per event."""
+    already-drained inbox, not once per event. Past ``limit`` events waiting, what arrives is
+    dropped and counted (``dropped``): the sources write every event to the log before this."""
 
-    def __init__(self, notify: Callable[[], None] | None = None) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None, limit: int = INBOX_LIMIT) -> None:
         self._q: collections.deque = collections.deque()
         self._pending = False
         self.notify = notify
+        self.limit = limit
+        self.dropped = 0
 
     def put(self, event: dict) -> None:
+        if len(self._q) >= self.limit:
+            self.dropped += 1
+            return
         self._q.append(event)  # deque.append is atomic
         if not self._pending and self.notify is not None:
             self._pending = True

@@ -60,7 +60,8 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(ti
     assert not order[0]["started"].get("head_start")
     # the first run's turn comes at once: it never says it waits for one
     assert WAITING_STAGE not in order[0]["stages"]
-    order[0]["ready"] = order[0]["forked"] + order[0]["stages"]["first step"]
+    # (its readiness then: built, about to ask for its first turn)
+    order[0]["ready"] = order[0]["forked"] + order[0]["stages"]["building the trainer"]
     for before, run in zip(order, order[1:]):
         assert run["started"].get("head_start") is True
         warm = [s for s in before["steps"] if s[2]]

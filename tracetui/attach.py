@@ -531,10 +531,11 @@ def _stop_rule_from_env():
     from .analysis import StopRule
 
     refs = _env("TRACETUI_REFERENCES", [])
-    try:
-        refs = [(float(lo), float(hi)) for lo, hi in refs]
-    except (TypeError, ValueError):
-        _say("tracetui: TRACETUI_REFERENCES is not a list of [low, high] pairs; it is ignored")
+    try:  # [low, high], or [low, high, steps] where the reference's steps carry row fingerprints
+        refs = [(float(r[0]), float(r[1]), [tuple(k) for k in r[2]]) if len(r) == 3 else (float(r[0]), float(r[1]))
+                for r in refs if len(r) in (2, 3)] if isinstance(refs, list) else []
+    except (TypeError, ValueError, IndexError):
+        _say("tracetui: TRACETUI_REFERENCES is not a list of [low, high(, steps)] intervals; it is ignored")
         refs = []
     return StopRule(rule[0], rule[1], refs)
 

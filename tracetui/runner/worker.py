@@ -292,10 +292,11 @@ class Stages:
         self._t0 = started_at or self._now()
         self.seen: dict[str, float] = {}
 
-    def enter(self, stage: str) -> None:
+    def enter(self, stage: str, at: float | None = None) -> None:
+        """``stage`` begins now (or at ``at``, unix seconds)."""
         from ..events import RUN_STAGE, make
 
-        elapsed = round(max(0.0, self._now() - self._t0), 3)
+        elapsed = round(max(0.0, (at or self._now()) - self._t0), 3)
         self.seen[stage] = elapsed
         self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=elapsed, rank=0, stages=dict(self.seen)))
 
@@ -424,10 +425,10 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
 
         said = []
 
-        def on_hold(waiting: bool) -> None:
+        def on_hold(waiting: bool, since: float | None = None) -> None:
             if waiting and not said and stages is not None:
                 said.append(True)  # a run built before its turn (a head start) says why it waits
-                stages.enter(WAITING_STAGE)
+                stages.enter(WAITING_STAGE, at=since)
             if hold is not None:
                 hold(waiting)
 

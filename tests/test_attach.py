@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, read_csv, run_cli
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, outcome, read_csv, run_cli, side_by_side
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -36,48 +36,89 @@ def _watch(sock, out, runs, cwd):
 
 
 
+def _script_reports_to_watch(folder: Path) -> dict:
+    """The example script with TraceCallback (8 steps) reporting to a real ``tracetui watch``,
+    which is then stopped with Ctrl-C."""
+    sock = folder / "sock" / "w.sock"
+    watch = _watch(sock, folder / "w.csv", folder / "runs", folder)
+    script = None
+    try:
+        _wait_for(sock.exists, 30)
+        modes = stat.S_IMODE(sock.stat().st_mode), stat.S_IMODE(sock.parent.stat().st_mode)
+        script = _script("--max_steps", 8, env={"TRACETUI_SOCKET": str(sock)}, cwd=folder)
+        out, _ = script.communicate(timeout=300)
+        watch.send_signal(signal.SIGINT)
+        _, err = watch.communicate(timeout=60)
+    finally:
+        for proc in (watch, script):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return dict(modes=modes, script=script.returncode, out=out, watch=watch.returncode, err=err, sock=sock,
+                csv=folder / "w.csv", runs=folder / "runs")
+
+
+def _listener_killed_mid_run(folder: Path) -> dict:
+    """The example script (25 steps) reporting to a real watcher that is SIGKILLed once three
+    steps are in its log."""
+    sock = folder / "sock" / "w.sock"
+    runs = folder / "runs"
+    watch = _watch(sock, folder / "w.csv", runs, folder)
+    script = None
+    try:
+        _wait_for(sock.exists, 30)
+        script = _script("--max_steps", 25, env={"TRACETUI_SOCKET": str(sock)}, cwd=folder)
+
+        def steps_seen():
+            logs = list(runs.glob("*/events.jsonl"))
+            return bool(logs) and logs[0].read_text().count('"type":"step"') >= 3
+
+        _wait_for(steps_seen, 120)
+        watch.kill()  # the listener goes away mid-run
+        watch.wait()
+        out, _ = script.communicate(timeout=300)
+    finally:
+        for proc in (watch, script):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return dict(script=script.returncode, out=out, folder=folder)
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    """The example script's runs below (and the script sweeps of test_a_script_...), side by
+    side: each real processes that spend their time starting up, and nothing they check
+    depends on how busy the machine is."""
+    return side_by_side(tmp_path_factory, {"watched": _script_reports_to_watch,
+                                           "listener killed": _listener_killed_mid_run,
+                                           "search": _script_sweep_searching,
+                                           "trains twice": _script_that_trains_twice})
+
+
 @pytest.mark.slow
-def test_script_with_callback_reports_to_watch(tmp_path):
-    sock = tmp_path / "sock" / "w.sock"
-    watch = _watch(sock, tmp_path / "w.csv", tmp_path / "runs", tmp_path)
-    _wait_for(sock.exists, 30)
-    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
-    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
-    script = _script("--max_steps", 8, env={"TRACETUI_SOCKET": str(sock)}, cwd=tmp_path)
-    out, _ = script.communicate(timeout=300)
-    assert script.returncode == 0, out
-    assert "events kept in" not in out  # a watcher was listening
-    watch.send_signal(signal.SIGINT)
-    _, err = watch.communicate(timeout=60)
-    assert watch.returncode == 0, err
-    rows = read_csv(tmp_path / "w.csv")
+def test_script_with_callback_reports_to_watch(scripts):
+    got = outcome(scripts, "watched")
+    assert got["modes"] == (0o600, 0o700)  # the socket, and its folder
+    assert got["script"] == 0, got["out"]
+    assert "events kept in" not in got["out"]  # a watcher was listening
+    assert got["watch"] == 0, got["err"]
+    rows = read_csv(got["csv"])
     assert len(rows) == 1 and rows[0]["status"] == "ok" and rows[0]["split"] == "2x2"
     assert int(rows[0]["steps_measured"]) == 5
-    events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
+    events = read_events(list(got["runs"].glob("*/events.jsonl"))).events
     assert sum(e["type"] == "step" for e in events) == 8
-    assert not sock.exists()  # the watcher cleans up its socket
+    assert not got["sock"].exists()  # the watcher cleans up its socket
 
 
 @pytest.mark.slow
-def test_listener_killed_mid_run_script_finishes_jsonl_complete(tmp_path):
-    sock = tmp_path / "sock" / "w.sock"
-    runs = tmp_path / "runs"
-    watch = _watch(sock, tmp_path / "w.csv", runs, tmp_path)
-    _wait_for(sock.exists, 30)
-    script = _script("--max_steps", 25, env={"TRACETUI_SOCKET": str(sock)}, cwd=tmp_path)
-
-    def steps_seen():
-        logs = list(runs.glob("*/events.jsonl"))
-        return bool(logs) and logs[0].read_text().count('"type":"step"') >= 3
-
-    _wait_for(steps_seen, 120)
-    watch.kill()  # the listener goes away mid-run
-    watch.wait()
-    out, _ = script.communicate(timeout=300)
-    assert script.returncode == 0, out
+def test_listener_killed_mid_run_script_finishes_jsonl_complete(scripts):
+    got = outcome(scripts, "listener killed")
+    out = got["out"]
+    assert got["script"] == 0, out
     assert "events kept in" in out
     path = out.split("events kept in ", 1)[1].split()[0]
-    events = read_events([tmp_path / path]).events
+    events = read_events([got["folder"] / path]).events
     types = [e["type"] for e in events]
     assert types[0] == "run_started" and types[-1] == "run_finished"
     assert [e["step"] for e in events if e["type"] == "step"] == list(range(1, 26))
@@ -212,27 +253,29 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
     assert not list(tmp_path.glob("runs/*/events.jsonl"))
 
 
+def _script_sweep_searching(folder: Path) -> dict:
+    out = folder / "s.csv"
+    proc = run_cli("sweep", "--search", "--memory-limit", 2, "--effective-batch", 8, "--export", "csv", "-o", out,
+                   "--runs-dir", folder / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
+                   "--max_length", 32, cwd=folder)
+    return dict(proc=proc, out=out, runs=folder / "runs")
+
+
 @pytest.mark.slow
-def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(tmp_path):
+def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(scripts):
     """The script's callback cannot know why a run was made: the sweep marks its memory probes
     (1x1, 2x1), which are then no rows of the summary, as in tracetui's own sweeps."""
-    out = tmp_path / "s.csv"
-    proc = run_cli("sweep", "--search", "--memory-limit", 2, "--effective-batch", 8, "--export", "csv", "-o", out,
-                   "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
-                   "--max_length", 32, cwd=tmp_path)
+    got = outcome(scripts, "search")
+    proc = got["proc"]
     assert proc.returncode == 0, proc.stderr
-    assert {r["effective_batch"] for r in read_csv(out)} == {"8"}
-    events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
+    assert {r["effective_batch"] for r in read_csv(got["out"])} == {"8"}
+    events = read_events(list(got["runs"].glob("*/events.jsonl"))).events
     probes = [e for e in events if e["type"] == "run_started" and e.get("why", "").startswith("memory probe")]
     assert sorted(e["label"] for e in probes) == ["1x1", "2x1"]
 
 
-@pytest.mark.slow
-def test_a_script_that_trains_twice_is_measured_once(tmp_path):
-    """A script with two trainings in one process (a second stage, a second Trainer): under
-    `tracetui sweep` both used to report as the same run, their steps pooled into one row. The
-    first is measured; the later one stops after its first step, and the run says why."""
-    twice = tmp_path / "two_stages.py"
+def _script_that_trains_twice(folder: Path) -> dict:
+    twice = folder / "two_stages.py"
     twice.write_text(
         "import runpy, sys\n"
         f"example = {str(EXAMPLE)!r}\n"
@@ -241,12 +284,22 @@ def test_a_script_that_trains_twice_is_measured_once(tmp_path):
         "    sys.argv = list(argv)\n"
         "    runpy.run_path(example, run_name='__main__')\n"
         "print('both stages done', flush=True)\n")
-    out, runs = tmp_path / "t.csv", tmp_path / "runs"
+    out, runs = folder / "t.csv", folder / "runs"
     proc = run_cli("sweep", "--splits", "4x1", "--warmup", 1, "--export", "csv", "-o", out, "--runs-dir", runs,
                    "--", sys.executable, twice, "--no_trace", "--max_steps", 6, "--max_length", 32,
-                   "--logging_steps", 100, cwd=tmp_path)
+                   "--logging_steps", 100, cwd=folder)
+    return dict(proc=proc, out=out, runs=runs)
+
+
+@pytest.mark.slow
+def test_a_script_that_trains_twice_is_measured_once(scripts):
+    """A script with two trainings in one process (a second stage, a second Trainer): under
+    `tracetui sweep` both used to report as the same run, their steps pooled into one row. The
+    first is measured; the later one stops after its first step, and the run says why."""
+    got = outcome(scripts, "trains twice")
+    proc, runs = got["proc"], got["runs"]
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = read_csv(out)
+    rows = read_csv(got["out"])
     assert [(r["split"], r["status"], r["steps_measured"]) for r in rows] == [("4x1", "ok", "5")]
     events = read_events([next(runs.glob("*/events.jsonl"))]).events
     assert sum(e["type"] == "run_started" for e in events) == 1

@@ -51,6 +51,7 @@ def test_bad_flag_is_one_line_exit_2(capsys, argv, needle):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # (the device is checked with the model and data, in a process forked from the fork server)
 def test_cuda_where_there_is_none(capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
@@ -59,6 +60,7 @@ def test_cuda_where_there_is_none(capsys):
     assert code == 2 and "--device: cuda asked for, but this machine has no usable CUDA GPU" in err
 
 
+@pytest.mark.slow  # (the data set is read in a process forked from the fork server)
 def test_text_field_absent(capsys, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"body": "hello"}\n{"body": "world"}\n')
@@ -163,6 +165,7 @@ def test_every_setting_is_declared_once_and_reaches_flag_toml_and_help():
         assert getattr(from_mapping({f.name.replace("_", "-"): default}), f.name) == default  # a TOML key
 
 
+@pytest.mark.slow  # (checked in a process forked from the fork server)
 def test_lora_targets_that_name_no_layer_are_refused_up_front(capsys):
     """They would fail in every run, minutes in: refused before any run with the names to use."""
     from tracetui.cli import main

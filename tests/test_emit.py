@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, run_main
+from .conftest import ROOT, outcome, run_cli, run_main, side_by_side
 from tracetui.config import KNOB_DEFAULTS, SweepConfig
 from tracetui.emit import installed_fields, trl_config, winning_command, write_trl_config
 from tracetui.knobs import SHORT
@@ -296,21 +296,52 @@ def assert_as_measured(args, adapter, row: dict) -> None:
     assert str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) == measured["lr_scheduler_type"]
 
 
-@pytest.mark.slow
-def test_script_sweep_file_trains_as_measured(tiny_local, tmp_path):
-    """``tracetui sweep -- trl sft ...`` on a tiny local model; the recommendation's file, run with
-    ``trl sft --config``, trains with the command's LoRA, rate, schedule and length (not
-    tracetui's defaults) and the recommended split."""
-    d = tiny_local
+def _script_sweep(d: Path, tmp_path: Path) -> dict:
+    """``tracetui sweep -- trl sft ...`` on the tiny local model, then ``trl sft --config`` on the
+    file it emitted."""
     (tmp_path / "user.yaml").write_text("lora_alpha: 16\nlearning_rate: 5.0e-4\n")
     cmd = [trl_cli(), "sft", "--config", str(tmp_path / "user.yaml"), "--model_name_or_path", str(d / "model"), "--dataset_name",
            str(d / "data"), "--max_length", "64", "--use_peft", "--lora_r", "8", "--lora_target_modules", "q_proj",
            "v_proj", "--learning_rate", "1e-4", "--lr_scheduler_type", "cosine", "--max_steps", "8", "--output_dir",
            "sweep_out", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "--bf16", "false",
            "--gradient_checkpointing", "false"]
-    proc = run_main("sweep", "--effective-batch", 4, "--splits", "1x4,4x1", "--warmup", 2, "--allow-busy",
-                    "--runs-dir", tmp_path / "runs", "--export", "csv", "-o", tmp_path / "out.csv",
-                    "--emit-config", tmp_path / "sweep.yaml", "--", *cmd, cwd=tmp_path)
+    proc = run_cli("sweep", "--effective-batch", 4, "--splits", "1x4,4x1", "--warmup", 2, "--allow-busy",
+                   "--runs-dir", tmp_path / "runs", "--export", "csv", "-o", tmp_path / "out.csv",
+                   "--emit-config", tmp_path / "sweep.yaml", "--", *cmd, cwd=tmp_path)
+    trained = (train_from(tmp_path / "sweep.yaml", tmp_path, tmp_path / "emitted") if proc.returncode == 0
+               else None)
+    return dict(proc=proc, cmd=cmd, trained=trained, folder=tmp_path)
+
+
+def _builtin_sweep(d: Path, tmp_path: Path) -> dict:
+    """``tracetui --model DIR --dataset FILE.jsonl --emit-config`` on the tiny local model, then
+    ``trl sft --config`` on the file."""
+    path = tmp_path / "f.yaml"
+    proc = run_cli("--model", d / "model", "--dataset", d / "data" / "train.jsonl", "--effective-batch", 4,
+                   "--splits", "1x4,4x1", "--seq-len", 64, "--lora-r", 8, "--lora-targets", "q_proj,v_proj",
+                   "--lr", "1e-4", "--steps", 8, "--warmup", 2, "--allow-busy", "--runs-dir", tmp_path / "runs",
+                   "--export", "csv", "-o", tmp_path / "out.csv", "--emit-config", path, cwd=tmp_path)
+    trained = train_from(path, tmp_path, tmp_path / "emitted") if proc.returncode == 0 else None
+    return dict(proc=proc, path=path, trained=trained)
+
+
+@pytest.fixture(scope="module")
+def emitted(tiny_local, tmp_path_factory):
+    """Both sweeps below and their trainings from the emitted files, side by side: real
+    processes that spend most of their time starting (TRL's command line, fresh interpreters);
+    what is checked is what each recommended and what its training saved, not how long anything
+    took (--allow-busy: a recommendation even on a busy machine)."""
+    return side_by_side(tmp_path_factory, {"script": lambda t: _script_sweep(tiny_local, t),
+                                           "builtin": lambda t: _builtin_sweep(tiny_local, t)})
+
+
+@pytest.mark.slow
+def test_script_sweep_file_trains_as_measured(emitted):
+    """``tracetui sweep -- trl sft ...`` on a tiny local model; the recommendation's file, run with
+    ``trl sft --config``, trains with the command's LoRA, rate, schedule and length (not
+    tracetui's defaults) and the recommended split."""
+    got = outcome(emitted, "script")
+    proc, cmd, tmp_path = got["proc"], got["cmd"], got["folder"]
     assert proc.returncode == 0, proc.stderr[-4000:]
     best = recommended(tmp_path / "runs")
     assert f"tracetui: use {best['trial']} for effective batch 4" in proc.stderr
@@ -323,7 +354,7 @@ def test_script_sweep_file_trains_as_measured(tiny_local, tmp_path):
     assert swept == data  # the sweep's own file is the script's arguments, the recommendation over them
     assert f"tracetui: the recommendation's command: {shlex.join(winning_command(cmd, best))}" in proc.stderr
 
-    args, adapter = train_from(tmp_path / "sweep.yaml", tmp_path, tmp_path / "emitted")
+    args, adapter = got["trained"]
     assert_as_measured(args, adapter, best)
     assert (adapter["r"], sorted(adapter["target_modules"]), adapter["lora_alpha"]) == (8, ["q_proj", "v_proj"], 16)
     assert (args.learning_rate, args.max_length) == (1e-4, 64)  # the command's, over its config file's
@@ -332,23 +363,20 @@ def test_script_sweep_file_trains_as_measured(tiny_local, tmp_path):
 
 
 @pytest.mark.slow
-def test_builtin_sweep_file_trains_as_measured(tiny_local, tmp_path):
+def test_builtin_sweep_file_trains_as_measured(emitted, tiny_local):
     """``tracetui --model DIR --dataset FILE.jsonl --emit-config``: the file loads the same model
     and data file in ``trl sft`` and trains with the sweep's LoRA, rate, length and the split."""
     d = tiny_local
-    path = tmp_path / "f.yaml"
-    proc = run_main("--model", d / "model", "--dataset", d / "data" / "train.jsonl", "--effective-batch", 4,
-                    "--splits", "1x4,4x1", "--seq-len", 64, "--lora-r", 8, "--lora-targets", "q_proj,v_proj",
-                    "--lr", "1e-4", "--steps", 8, "--warmup", 2, "--allow-busy", "--runs-dir", tmp_path / "runs",
-                    "--export", "csv", "-o", tmp_path / "out.csv", "--emit-config", path, cwd=tmp_path)
+    got = outcome(emitted, "builtin")
+    proc, path = got["proc"], got["path"]
     assert proc.returncode == 0, proc.stderr[-4000:]
-    best = recommended(tmp_path / "runs")
+    best = recommended(path.parent / "runs")
     assert f"TRL config for {best['trial']} in {path}" in proc.stderr
     data = yaml.safe_load(path.read_text())
     assert data["model_name_or_path"] == str(d / "model") and data["output_dir"] == "SET-ME"
     assert data["datasets"][0]["data_files"] == str(d / "data" / "train.jsonl")
     assert set(data) <= installed_fields()
-    args, adapter = train_from(path, tmp_path, tmp_path / "emitted")
+    args, adapter = got["trained"]
     assert_as_measured(args, adapter, best)
     assert (adapter["r"], adapter["lora_alpha"], args.learning_rate, args.max_length) == (8, 32, 1e-4, 64)
     assert str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) == "constant"

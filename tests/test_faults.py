@@ -115,54 +115,6 @@ def test_cpu_out_of_memory_is_oom_and_the_sweep_goes_on(cpu_oom_sweep):
     assert pids and not any(_alive(p) for p in pids)
 
 
-def _interrupted_headless(folder: Path, sig: int, group: bool) -> dict:
-    """A headless sweep stopped by ``sig`` once its worker has measured three steps: sent to the
-    whole process group (as Ctrl-C in a terminal does), or to tracetui alone."""
-    runs, out, steps = folder / "runs", folder / "out.csv", folder / "steps.csv"
-    proc = _start(["--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "4x1,1x4", "--steps", 300,
-                   "--warmup", 1, "--seq-len", 64, "--runs-dir", runs], folder, new_session=True)
-    try:
-        _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3 or proc.poll() is not None)
-        if proc.poll() is None:  # (else it ended by itself: the test says how)
-            if group:  # Ctrl-C in a terminal signals the whole foreground process group
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return dict(code=proc.returncode, err=err, runs=runs, out=out, steps=steps)
-
-
-@pytest.fixture(scope="module")
-def interrupted_headless(tmp_path_factory):
-    """The two headless sweeps the test below interrupts, run side by side (each a real tracetui
-    with a real worker; nothing they check depends on how busy the machine is)."""
-    return side_by_side(tmp_path_factory, {
-        signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
-        signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
-    })
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_interrupt_headless_mid_run(interrupted_headless, sig, code):
-    got = outcome(interrupted_headless, sig)
-    err, runs = got["err"], got["runs"]
-    assert got["code"] == code, err
-    assert f"interrupted by {sig.name}" in err and "every measured step is in" in err
-    ev = _events(runs)
-    pids = [e["pid"] for e in ev if e["type"] == "run_started"]
-    assert pids and not any(_alive(p) for p in pids)
-    on_disk = [e for e in ev if e["type"] == "step"]
-    assert len(read_csv(got["steps"])) == len(on_disk) >= 3
-    rows = read_csv(got["out"])
-    assert rows[0]["status"] == "interrupted"
-    assert [e["kind"] for e in ev if e["type"] == "run_failed"] == ["interrupted"]
-
-
 FLAGS = ["--model", "--dataset", "--text-field", "--seq-len", "--effective-batch", "--splits", "--max-micro-batch",
          "--steps", "--warmup", "--repeats", "--lora-r", "--lora-alpha", "--lora-dropout", "--lora-targets",
          "--precision", "--lr", "--seed", "--device", "--memory-limit", "--sample-hz", "--until-confident",
@@ -366,29 +318,6 @@ def test_transformers_without_a_needed_callback_event(monkeypatch, capsys):
     assert "has no TrainerCallback.on_pre_optimizer_step" in err and "install transformers 4.56.2 or newer" in err
 
 
-@pytest.mark.slow
-def test_a_trial_killed_by_a_signal_leaks_nothing_at_exit(tmp_path):
-    """A trial that dies by a signal (here SIGKILL, from outside, after its first step): the
-    failed sweep says so and exits 1, with no "leaked semaphore objects" warning from
-    multiprocessing at its exit (the trial's progress-bar lock was one, which it never got to
-    release)."""
-    runs = tmp_path / "runs"
-    proc = _start(["--export", "csv", "-o", tmp_path / "o.csv", "--splits", "4x1", "--steps", 200, "--warmup", 1,
-                   "--repeats", 1, "--runs-dir", runs], tmp_path)
-    try:
-        _wait(lambda: any(e["type"] == "step" for e in _events(runs)) or proc.poll() is not None)
-        (pid,) = [e["pid"] for e in _events(runs) if e["type"] == "run_started"]
-        os.kill(pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 1, err[-2000:]
-    assert "killed by SIGKILL" in err, err[-2000:]
-    assert "leaked" not in err, err[-2000:]
-
-
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (from /proc)."""
     out = []
@@ -401,31 +330,121 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
-@pytest.mark.parametrize("warmup", [1, 3])  # 3: with head starts, 2x2 is built and waits beside 1x4
-def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(tmp_path, warmup):
-    """Something outside tracetui (an out-of-memory killer, `pkill python`) kills the fork
-    server mid-sweep: the trial forked from it goes too and says why; the next trial starts a
-    new server and the sweep finishes (every later trial used to fail to start). A run built
-    early (a head start) that goes with it before its first step is no run of its split: it
-    runs again."""
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
+# ---- faults from outside a real headless sweep: its own process (a real ``python -m tracetui``),
+# its trials, its fork server. Run side by side (each a real tracetui with real workers, and
+# nothing they check depends on how busy the machine is), then checked one test each.
+
+def _interrupted_headless(folder: Path, sig: int, group: bool) -> dict:
+    """A headless sweep stopped by ``sig`` once its worker has measured three steps: sent to the
+    whole process group (as Ctrl-C in a terminal does), or to tracetui alone."""
+    runs, out, steps = folder / "runs", folder / "out.csv", folder / "steps.csv"
+    proc = _start(["--export", "csv", "-o", out, "--steps-csv", steps, "--splits", "4x1,1x4", "--steps", 300,
+                   "--warmup", 1, "--seq-len", 64, "--runs-dir", runs], folder, new_session=True)
+    try:
+        _wait(lambda: sum(e["type"] == "step" for e in _events(runs)) >= 3 or proc.poll() is not None)
+        if proc.poll() is None:  # (else it ended by itself: the test says how)
+            if group:  # Ctrl-C in a terminal signals the whole foreground process group
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return dict(code=proc.returncode, err=err, runs=runs, out=out, steps=steps)
+
+
+def _trial_killed_by_a_signal(folder: Path) -> dict:
+    """A sweep whose trial is SIGKILLed from outside after its first step."""
+    runs = folder / "runs"
+    proc = _start(["--export", "csv", "-o", folder / "o.csv", "--splits", "4x1", "--steps", 200, "--warmup", 1,
+                   "--repeats", 1, "--runs-dir", runs], folder)
+    try:
+        _wait(lambda: any(e["type"] == "step" for e in _events(runs)) or proc.poll() is not None)
+        (pid,) = [e["pid"] for e in _events(runs) if e["type"] == "run_started"]
+        os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return dict(code=proc.returncode, err=err)
+
+
+def _fork_server_killed(folder: Path, warmup: int) -> dict:
+    """A sweep of three splits whose fork server is SIGKILLed once three steps are measured."""
+    runs, out = folder / "runs", folder / "out.csv"
     proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 60, "--warmup", warmup,
-                   "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
+                   "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
     try:
         _wait(lambda: sum(e["type"] == "step" and not e["warmup"] for e in _events(runs)) >= 3
               or proc.poll() is not None)
         servers = [c for c in _children(proc.pid)
                    if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
-        assert len(servers) == 1, servers
-        os.kill(servers[0], signal.SIGKILL)
+        if len(servers) == 1:
+            os.kill(servers[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 1, err  # the sweep finished, but a run crashed
+    return dict(code=proc.returncode, err=err, servers=servers, runs=runs, out=out)
+
+
+@pytest.fixture(scope="module")
+def faulted_sweeps(tmp_path_factory):
+    scenarios = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
+                 signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
+                 "trial killed": _trial_killed_by_a_signal}
+    if sys.platform.startswith("linux"):  # (the fork server is Linux's)
+        scenarios.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (1, 3)})
+    return side_by_side(tmp_path_factory, scenarios)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_headless_mid_run(faulted_sweeps, sig, code):
+    got = outcome(faulted_sweeps, sig)
+    err, runs = got["err"], got["runs"]
+    assert got["code"] == code, err
+    assert f"interrupted by {sig.name}" in err and "every measured step is in" in err
+    ev = _events(runs)
+    pids = [e["pid"] for e in ev if e["type"] == "run_started"]
+    assert pids and not any(_alive(p) for p in pids)
+    on_disk = [e for e in ev if e["type"] == "step"]
+    assert len(read_csv(got["steps"])) == len(on_disk) >= 3
+    rows = read_csv(got["out"])
+    assert rows[0]["status"] == "interrupted"
+    assert [e["kind"] for e in ev if e["type"] == "run_failed"] == ["interrupted"]
+
+
+@pytest.mark.slow
+def test_a_trial_killed_by_a_signal_leaks_nothing_at_exit(faulted_sweeps):
+    """A trial that dies by a signal (here SIGKILL, from outside, after its first step): the
+    failed sweep says so and exits 1, with no "leaked semaphore objects" warning from
+    multiprocessing at its exit (the trial's progress-bar lock was one, which it never got to
+    release)."""
+    got = outcome(faulted_sweeps, "trial killed")
+    err = got["err"]
+    assert got["code"] == 1, err[-2000:]
+    assert "killed by SIGKILL" in err, err[-2000:]
+    assert "leaked" not in err, err[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+@pytest.mark.parametrize("warmup", [1, 3])  # 3: with head starts, 2x2 is built and waits beside 1x4
+def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(faulted_sweeps, warmup):
+    """Something outside tracetui (an out-of-memory killer, `pkill python`) kills the fork
+    server mid-sweep: the trial forked from it goes too and says why; the next trial starts a
+    new server and the sweep finishes (every later trial used to fail to start). A run built
+    early (a head start) that goes with it before its first step is no run of its split: it
+    runs again."""
+    got = outcome(faulted_sweeps, ("server killed", warmup))
+    err, servers, runs, out = got["err"], got["servers"], got["runs"], got["out"]
+    assert len(servers) == 1, servers
+    assert got["code"] == 1, err  # the sweep finished, but a run crashed
     rows = {r["split"]: r for r in read_csv(out)}
     assert rows["1x4"]["status"] == "crashed", rows["1x4"]
     assert f"its fork server (pid {servers[0]}) was killed from outside tracetui" in rows["1x4"]["message"]

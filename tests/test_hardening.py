@@ -472,9 +472,11 @@ def test_out_of_file_descriptors_the_listener_backs_off_instead_of_spinning(tmp_
         for fd in filler[-3:]:
             os.close(fd)
         del filler[-3:]
-        clients = []
-        for _ in range(3):  # these take the last three descriptors
-            c = socket.socket(socket.AF_UNIX); c.connect(listener.path); clients.append(c)
+        # these take the last three descriptors, all three before any connects (an accepted
+        # connection would take one of them)
+        clients = [socket.socket(socket.AF_UNIX) for _ in range(3)]
+        for c in clients:
+            c.connect(listener.path)
         cpu0, t0 = time.process_time(), time.monotonic()
         time.sleep(1.5)  # a measuring window, not a wait for anything
         cpu = (time.process_time() - cpu0) / (time.monotonic() - t0)

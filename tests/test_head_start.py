@@ -73,14 +73,16 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(ti
         assert run["ready"] < before["steps"][-1][1] <= run["steps"][0][0]
         first_measured = next(b for b, _, warm in run["steps"] if not warm)
         assert first_measured >= before["end"]["t"]
-    # no measured step ran beside another run's start (process start to built and waiting)
+    # no measured step ran beside another run's start (process start to built and waiting: its
+    # wait is dated from when it told the sweep it was built)
     for run in order:
         for other in order:
             if other is run:
                 continue
             for begin, end, warmup in run["steps"]:
                 if not warmup:
-                    assert end <= other["forked"] or begin >= other["ready"], (begin, end, other["forked"])
+                    assert end <= other["forked"] or begin >= other["ready"], (
+                        begin, end, other["forked"], other["ready"])
     # the wait is no part of a run's start: start_s ends where the trainer was built
     rows = {r["trial"]: r for r in read_csv(tiny_sweep["out"])}
     assert all(r["status"] == "ok" and r["steps_measured"] == "6" for r in rows.values())

@@ -304,11 +304,46 @@ def _stopped_by_a_signal(folder: Path, sig: int | None, monitor: bool) -> dict:
     return dict(code=code, runs=runs, out=out, worker=worker, screen=bytes(term.output))
 
 
+def _stopped_while_the_worker_imports_trl(folder: Path) -> dict:
+    """A headless sweep stopped by SIGTERM while its trial (a fresh interpreter,
+    ``TRACETUI_START=spawn``) imports TRL's trainers, held there."""
+    # TRL's trainers take their time to import, in the trial only (a spawned trial's command line)
+    hold, mark = held_import(folder / "hook", "trl.trainer", only="--multiprocessing-fork")
+    runs, out = folder / "runs", folder / "out.csv"
+    args = ["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1, "--repeats", 1, "--runs-dir", runs]
+    proc = subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, args)], cwd=folder,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(**hold, TRACETUI_START="spawn"))
+    try:
+        wait_until(lambda: mark.exists() or proc.poll() is not None, 120)
+        assert mark.exists(), proc.communicate()[1]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return dict(code=proc.returncode, err=err, runs=runs, out=out)
+
+
+@pytest.fixture(scope="module")
+def stopped_sweeps(tmp_path_factory):
+    """The sweeps the tests below stop, run side by side: each a real tracetui with a real
+    worker, and nothing they check depends on how busy the machine is."""
+    return side_by_side(tmp_path_factory, {
+        ("headless", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
+        ("monitor", signal.SIGTERM): lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
+        ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
+        ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
+        "importing trl": _stopped_while_the_worker_imports_trl,
+    })
+
+
 @pytest.mark.slow
-def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(tmp_path):
+def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(stopped_sweeps):
     """The terminal goes (stderr now fails with EIO) and SIGHUP reaches the whole job, workers
     included: it used to exit 129 with no CSV and a worker training on."""
-    got = _stopped_by_a_signal(tmp_path, signal.SIGHUP, monitor=False)
+    got = outcome(stopped_sweeps, ("headless", signal.SIGHUP))
     assert got["code"] == 128 + signal.SIGHUP
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
 
@@ -317,10 +352,10 @@ def test_ssh_drop_headless_stops_the_worker_and_writes_the_csv(tmp_path):
 # signal handler's deadlock, test_a_stop_signal_that_interrupts_the_holder_of_a_lock_...)
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path, sig):
+def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(stopped_sweeps, sig):
     """SIGTERM used to end the monitor at once: the worker trained on and the terminal stayed
     in the alternate screen. A hang-up ended it with no CSV."""
-    got = _stopped_by_a_signal(tmp_path, sig, monitor=True)
+    got = outcome(stopped_sweeps, ("monitor", sig))
     stuck = Path(str(got["out"]) + ".stuck.txt")
     assert not stuck.exists(), "the monitor hung; where it stood:\n" + stuck.read_text()[-6000:]
     assert got["code"] == 128 + sig, got["screen"][-2000:]
@@ -332,13 +367,27 @@ def test_monitor_stopped_by_a_signal_stops_workers_writes_and_restores(tmp_path,
 
 
 @pytest.mark.slow
-def test_monitor_whose_terminal_hangs_up_without_a_signal_quits_as_on_a_hang_up(tmp_path):
+def test_monitor_whose_terminal_hangs_up_without_a_signal_quits_as_on_a_hang_up(stopped_sweeps):
     """Reading a hung-up terminal fails (EIO) and Textual's input thread ended the app as a crash:
     exit 1, no CSV, in about one hang-up in ten (when the read came before the SIGHUP was
     handled), and every time where none arrives (here: blocked). It is the hang-up itself."""
-    got = _stopped_by_a_signal(tmp_path, None, monitor=True)
+    got = outcome(stopped_sweeps, ("monitor", None))
     assert got["code"] == 128 + signal.SIGHUP, got["screen"][-2000:]
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_worker_imports_trl_is_interrupted(stopped_sweeps):
+    """TRL's lazy module wraps any exception of an import as ``RuntimeError: Failed to import
+    trl...``: the stop used to be reported as that error. (Trials started as fresh interpreters,
+    ``TRACETUI_START=spawn``: a trial forked from the fork server imports nothing.)"""
+    got = outcome(stopped_sweeps, "importing trl")
+    err = got["err"]
+    assert got["code"] == 143, err
+    failed = [e for e in _events(got["runs"]) if e["type"] == "run_failed"]
+    assert [(e["kind"], e["message"]) for e in failed] == [("interrupted", "stopped by the sweep")]
+    assert read_csv(got["out"])[0]["status"] == "interrupted"
+    assert "Failed to import" not in err
 
 
 @pytest.mark.slow
@@ -447,29 +496,6 @@ def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-
-
-@pytest.mark.slow
-def test_sigterm_while_the_worker_imports_trl_is_interrupted(tmp_path):
-    """TRL's lazy module wraps any exception of an import as ``RuntimeError: Failed to import
-    trl...``: the stop used to be reported as that error. (Trials started as fresh interpreters,
-    ``TRACETUI_START=spawn``: a trial forked from the fork server imports nothing.)"""
-    # TRL's trainers take their time to import, in the trial only (a spawned trial's command line)
-    hold, mark = held_import(tmp_path / "hook", "trl.trainer", only="--multiprocessing-fork")
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    args = ["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1, "--repeats", 1, "--runs-dir", runs]
-    proc = subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, args)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(**hold, TRACETUI_START="spawn"))
-    wait_until(lambda: mark.exists() or proc.poll() is not None, 120)
-    assert mark.exists(), proc.communicate()[1]
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
-    failed = [e for e in _events(runs) if e["type"] == "run_failed"]
-    assert [(e["kind"], e["message"]) for e in failed] == [("interrupted", "stopped by the sweep")]
-    assert read_csv(out)[0]["status"] == "interrupted"
-    assert "Failed to import" not in err
 
 
 def test_watch_export_stops_and_writes_on_an_ssh_drop(tmp_path):

@@ -7,6 +7,7 @@ without a GPU, two runs per trial), and the H200 sweeps over checkpointing x Lig
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from textual.containers import VerticalScroll
@@ -44,17 +45,46 @@ def run_names(app) -> list[str]:
     return [str(runs.get_cell_at((i, 0))) for i in range(runs.row_count)]
 
 
+def first_screen(path: Path, size: tuple[int, int], tmp_path: Path) -> SimpleNamespace:
+    """What the first screen of the monitor of a live sweep (the CPU warning on the status line)
+    of the log at ``path`` shows at ``size``: where each part is, the run list, the panels, the
+    text on the screen and the tabs."""
+    app = monitor(path, tmp_path, live=True)
+
+    async def steps(pilot):
+        runs = app.query_one(RunList)
+        return SimpleNamespace(
+            regions={name: app.query_one(name).region for name in ("Header", "#verdict", "#main", "#failures",
+                                                                   "#summary", "#status", "Footer")},
+            scroll=app.screen.max_scroll_y, names=run_names(app),
+            name_width=runs.columns[runs.coordinate_to_cell_key((0, 0)).column_key].width,
+            run_list_height=runs.region.height, gpu=str(app.query_one(GpuStatus).render()),
+            gpu_height=app.query_one(GpuStatus).region.height, failures=str(app.query_one(Failures).render()),
+            verdict=app.query_one(Verdict).full.plain, lines=screen_text(app).splitlines(),
+            tabs=[(t.label_text, t.region) for t in app.query(Tab)])
+
+    return drive(app, size, steps)
+
+
+@pytest.fixture(scope="module")
+def screens(tmp_path_factory):
+    """:func:`first_screen` of a log at a size, driven once for every test that reads it."""
+    seen: dict = {}
+
+    def at(path: Path, size: tuple[int, int]) -> SimpleNamespace:
+        if (path, size) not in seen:
+            seen[path, size] = first_screen(path, size, tmp_path_factory.mktemp("screen"))
+        return seen[path, size]
+
+    return at
+
+
 # ---- 1. the answer and the status line stay on the screen ------------------------------------------
 @pytest.mark.parametrize("size", SIZES + [(80, 22)])  # 80x22: a tmux window of 80x24 less its status bar
 @pytest.mark.parametrize("path", VARIED, ids=lambda p: p.name.split(".")[0])
-def test_the_answer_and_the_status_line_stay_on_the_screen(path, size, tmp_path):
-    app = monitor(path, tmp_path, live=True)  # live: the CPU warning is on the status line
-
-    async def steps(pilot):
-        return {name: app.query_one(name).region for name in ("Header", "#verdict", "#main", "#failures", "#summary",
-                                                               "#status", "Footer")}, app.screen.max_scroll_y
-
-    regions, scroll = drive(app, size, steps)
+def test_the_answer_and_the_status_line_stay_on_the_screen(path, size, screens):
+    shown = screens(path, size)
+    regions, scroll = shown.regions, shown.scroll
     width, height = size
     assert scroll == 0  # the screen itself never scrolls: nothing is pushed below it
     verdict, status, footer = regions["#verdict"], regions["#status"], regions["Footer"]
@@ -65,31 +95,19 @@ def test_the_answer_and_the_status_line_stay_on_the_screen(path, size, tmp_path)
     assert status.height == 1 and status.bottom <= footer.y and footer.bottom == height
 
 
-def test_a_cpu_sweep_says_so_in_one_line_and_leaves_the_run_list_its_rows(tmp_path):
+def test_a_cpu_sweep_says_so_in_one_line_and_leaves_the_run_list_its_rows(screens):
     """On the CPU the GPU panel said "no GPU samples: running on the CPU; phases timed with the host
     clock" in three lines of the narrow left panel, leaving the run list three rows at 80x24."""
-    app = monitor(LIGER, tmp_path)
-
-    async def steps(pilot):
-        return str(app.query_one(GpuStatus).render()), app.query_one(GpuStatus).region.height, \
-            app.query_one(RunList).region.height
-
-    text, height, runs = drive(app, (80, 24), steps)
-    assert text == "CPU run: host clock, no GPU" and height == 1
-    assert runs >= 7  # border and header, and five runs or more
+    shown = screens(LIGER, (80, 24))
+    assert shown.gpu == "CPU run: host clock, no GPU" and shown.gpu_height == 1
+    assert shown.run_list_height >= 7  # border and header, and five runs or more
 
 
 # ---- 2. every run is told apart in the run list ------------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("path", VARIED, ids=lambda p: p.name.split(".")[0])
-def test_every_run_list_row_is_told_apart_and_shown_whole(path, size, tmp_path):
-    app = monitor(path, tmp_path)
-
-    async def steps(pilot):
-        runs = app.query_one(RunList)
-        return run_names(app), runs.columns[runs.coordinate_to_cell_key((0, 0)).column_key].width
-
-    names, width = drive(app, size, steps)
+def test_every_run_list_row_is_told_apart_and_shown_whole(path, size, screens):
+    names, width = screens(path, size).names, screens(path, size).name_width
     assert len(set(names)) == len(names), names
     assert max(len(n) for n in names) <= width, (names, width)  # none cut
 
@@ -108,13 +126,8 @@ def test_labels_too_long_for_the_column_keep_every_value_under_its_setting():
 
 # ---- 3. every key and every tab shows at 80 columns -------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
-def test_every_key_and_every_tab_shows(size, tmp_path):
-    app = monitor(KNOBS, tmp_path)
-
-    async def steps(pilot):
-        return screen_text(app).splitlines(), [(t.label_text, t.region) for t in app.query(Tab)]
-
-    lines, tabs = drive(app, size, steps)
+def test_every_key_and_every_tab_shows(size, screens):
+    lines, tabs = screens(KNOBS, size).lines, screens(KNOBS, size).tabs
     footer = lines[-1]
     for binding in TraceApp.BINDINGS:
         assert f"{binding.key_display or binding.key} {binding.description}" in footer, footer
@@ -192,13 +205,8 @@ def test_the_cpu_warning_says_where_it_is_whole(tmp_path):
     assert warning in words(whole)
 
 
-def test_runs_that_failed_alike_take_one_line_of_the_failures_panel(tmp_path):
-    app = monitor(LIGER, tmp_path)
-
-    async def steps(pilot):
-        return str(app.query_one(Failures).render())
-
-    shown = drive(app, (120, 36), steps)
+def test_runs_that_failed_alike_take_one_line_of_the_failures_panel(screens):
+    shown = screens(LIGER, (120, 36)).failures
     assert words(shown) == ("failed (6): 1x4#1 liger=on, 2x2#1 liger=on, 4x1#1 liger=on, 4x1#2 liger=on, "
                             "2x2#2 liger=on, 1x4#2 liger=on: unavailable: liger=on needs a CUDA GPU")
 
@@ -228,12 +236,7 @@ def test_a_trial_is_written_one_way_everywhere(size, tmp_path):
         assert other not in shown, other
 
 
-def test_the_verdict_never_names_a_run_by_its_id(tmp_path):
-    app = monitor(LIGER, tmp_path)
-
-    async def steps(pilot):
-        return app.query_one(Verdict).full.plain
-
-    verdict = drive(app, (120, 36), steps)
+def test_the_verdict_never_names_a_run_by_its_id(screens):
+    verdict = screens(LIGER, (120, 36)).verdict
     # (that log's runs shared the machine: the verdict says which, by name)
     assert "1x4#1 liger=off: other processes used" in verdict and "_liger-" not in verdict

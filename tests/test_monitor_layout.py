@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import io
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -48,12 +49,26 @@ def screen_text(app) -> str:
     return console.export_text()
 
 
+async def settled(pilot, timeout: float = 30.0) -> None:
+    """Until the monitor's first screen is whole: the footer's keys are composed a refresh after
+    the rest of it (read at once, the footer could still be blank)."""
+    from textual.widgets._footer import FooterKey
+
+    await pilot.pause()
+    t0 = time.monotonic()
+    while not pilot.app.screen.query(FooterKey):
+        assert time.monotonic() - t0 < timeout, "the footer never got its keys"
+        await pilot.pause(0.02)
+    await pilot.pause()
+
+
 def drive(app, size, steps):
-    """Run ``app`` at ``size``; ``steps(pilot)`` is awaited inside; returns what it returns."""
+    """Run ``app`` at ``size``; ``steps(pilot)`` is awaited inside, once its screen is whole;
+    returns what it returns."""
 
     async def go():
         async with app.run_test(size=size) as pilot:
-            await pilot.pause()
+            await settled(pilot)
             out = await steps(pilot)
             await pilot.press("q")
             return out

@@ -30,16 +30,17 @@ def test_inbox_announces_each_batch_once():
 
 
 class Background(Source):
-    """Events from a thread of its own, as a sweep delivers them; done when they are all out."""
+    """Events from a thread of its own, as a sweep delivers them, once ``go`` is set (the app is
+    up: they arrive as messages, not with its start); done when they are all out."""
 
     live = True
 
     def __init__(self, events):
-        self.events, self.thread = events, None
+        self.events, self.thread, self.go = events, None, threading.Event()
 
     def start(self, inbox):
         def body():
-            time.sleep(0.3)
+            self.go.wait(30)
             for e in self.events:
                 inbox.put(e)
             if self.on_done is not None:
@@ -55,18 +56,21 @@ class Background(Source):
 def test_events_reach_the_screen_without_the_timer(monkeypatch, tmp_path):
     monkeypatch.setattr(app_mod, "REFRESH_HZ", 0.001)  # the timer would first fire after 1000 s
     events = read_events([DATA]).events
-    app = TraceApp(Background(events), out_path=str(tmp_path / "results.csv"))
+    source = Background(events)
+    app = TraceApp(source, out_path=str(tmp_path / "results.csv"))
     posted = []
     real_post = app.post_message
     monkeypatch.setattr(app, "post_message", lambda m: posted.append(type(m).__name__) or real_post(m))
 
     async def go():
         async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            source.go.set()
             t0 = time.monotonic()
-            while app.events_applied < len(events) or app.query_one(RunList).row_count < 3:
-                assert time.monotonic() - t0 < 10, "events never reached the screen"
+            while (app.events_applied < len(events) or app.query_one(RunList).row_count < 3
+                   or "SourceDone" not in posted or app._dirty):
+                assert time.monotonic() - t0 < 30, "events never reached the screen"
                 await pilot.pause(0.1)
-            await pilot.pause(0.3)
             await pilot.press("q")
 
     asyncio.run(go())

@@ -25,7 +25,7 @@ from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import Verdict
 
-from .conftest import ROOT, read_csv, run_main, wait_until
+from .conftest import ROOT, outcome, read_csv, run_cli, run_main, side_by_side, wait_until
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -176,18 +176,17 @@ def _terminal(args, cwd):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         os.close(master)
 
 
-@pytest.mark.slow
-def test_the_monitor_of_a_real_sweep_in_a_terminal_writes_json_steps_and_config(tmp_path):
-    """The monitor, tracetui's default mode, in a real terminal (a pty): -o out.json is JSON,
-    --steps-csv and --emit-config are written, and as it ends the command prints the answer."""
-    runs = tmp_path / "runs"
+def _monitor_in_a_terminal(folder: Path) -> dict:
+    """The monitor of a real sweep in a pty, quit with q once it has given its answer."""
+    runs = folder / "runs"
     args = ["--effective-batch", 2, "--splits", "1x2,2x1", "--steps", 8, "--warmup", 2, "--repeats", 1,
-            "--seq-len", 32, "--runs-dir", runs, "-o", tmp_path / "out.json", "--steps-csv", tmp_path / "steps.csv",
-            "--emit-config", tmp_path / "best.yaml", "--allow-busy"]
-    with _terminal(args, tmp_path) as (proc, master, screen):
+            "--seq-len", 32, "--runs-dir", runs, "-o", folder / "out.json", "--steps-csv", folder / "steps.csv",
+            "--emit-config", folder / "best.yaml", "--allow-busy"]
+    with _terminal(args, folder) as (proc, master, screen):
         def ended():
             logs = list(runs.glob("*/events.jsonl"))
             return proc.poll() is not None or (logs and '"ended"' in logs[0].read_text())
@@ -195,14 +194,39 @@ def test_the_monitor_of_a_real_sweep_in_a_terminal_writes_json_steps_and_config(
         assert proc.poll() is None, bytes(screen)[-2000:]
         wait_until(lambda: b"use " in screen or b"no clear difference" in screen or b"faster" in screen, timeout=60)
         os.write(master, b"q")
-    text = bytes(screen).decode(errors="replace")
-    assert proc.returncode == 0, text[-3000:]
-    data = json.loads((tmp_path / "out.json").read_text())
+    return dict(code=proc.returncode, text=bytes(screen).decode(errors="replace"), folder=folder)
+
+
+def _run_one_command(folder: Path) -> dict:
+    """``tracetui run -- python train_lora.py ...`` (its own split, 2x2)."""
+    out = folder / "r.json"
+    proc = run_cli("run", "--export", "json", "-o", out, "--warmup", 2, "--runs-dir", folder / "runs", "--",
+                   sys.executable, ROOT / "examples" / "train_lora.py", "--no_trace", "--rows", 64,
+                   "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 2, "--max_steps", 8,
+                   "--output_dir", folder / "o", "--report_to", "none", "--use_cpu", "true")
+    return dict(proc=proc, out=out, runs=folder / "runs")
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory):
+    """The real commands below, side by side: what each wrote and said is checked, not how long
+    it took (--allow-busy: an answer even on a busy machine)."""
+    return side_by_side(tmp_path_factory, {"monitor": _monitor_in_a_terminal, "run": _run_one_command})
+
+
+@pytest.mark.slow
+def test_the_monitor_of_a_real_sweep_in_a_terminal_writes_json_steps_and_config(commands):
+    """The monitor, tracetui's default mode, in a real terminal (a pty): -o out.json is JSON,
+    --steps-csv and --emit-config are written, and as it ends the command prints the answer."""
+    got = outcome(commands, "monitor")
+    text, folder = got["text"], got["folder"]
+    assert got["code"] == 0, text[-3000:]
+    data = json.loads((folder / "out.json").read_text())
     assert data["verdict"] and data["verdict"] in text.replace("\r", "")
     assert data["recommendation"].startswith("use ") and data["recommendation"] in text.replace("\r", "")
-    assert read_csv(tmp_path / "steps.csv")
-    config = (tmp_path / "best.yaml").read_text()
-    assert "per_device_train_batch_size:" in config and data["emitted_config"] == str(tmp_path / "best.yaml")
+    assert read_csv(folder / "steps.csv")
+    config = (folder / "best.yaml").read_text()
+    assert "per_device_train_batch_size:" in config and data["emitted_config"] == str(folder / "best.yaml")
 
 
 def _send_events(path: str, events: list[dict]) -> None:
@@ -234,18 +258,15 @@ def test_watch_headless_writes_json_by_extension_and_the_steps(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_watches_one_unmodified_command_and_writes_its_outputs(tmp_path):
+def test_run_watches_one_unmodified_command_and_writes_its_outputs(commands):
     """``tracetui run -- CMD``: the command as written (its own split), measured through the
     probe injected into it, nothing of the sweep's; the command's output in a file."""
-    out = tmp_path / "r.json"
-    proc = run_main("run", "--export", "json", "-o", out, "--warmup", 2, "--runs-dir", tmp_path / "runs", "--",
-                    sys.executable, ROOT / "examples" / "train_lora.py", "--no_trace", "--rows", 64,
-                    "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 2, "--max_steps", 8,
-                    "--output_dir", tmp_path / "o", "--report_to", "none", "--use_cpu", "true")
+    got = outcome(commands, "run")
+    proc = got["proc"]
     assert proc.returncode == 0, proc.stderr
-    (row,) = json.loads(out.read_text())["splits"]
+    (row,) = json.loads(got["out"].read_text())["splits"]
     assert row["trial"] == "2x2" and row["status"] == "ok" and row["steps_measured"] == 6
-    logs = list((tmp_path / "runs").glob("run-*/command.log"))
+    logs = list(got["runs"].glob("run-*/command.log"))
     assert logs and "train_runtime" in logs[0].read_text()  # the command's own output, beside the events
     assert "the command exited with status 0" in proc.stderr
 

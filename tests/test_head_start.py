@@ -36,8 +36,8 @@ def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
         if e["type"] == "run_stage":
             r.setdefault("forked", e["t"] - e["elapsed_s"])
             r["stages"] = e["stages"]
-            if e["stage"] == WAITING_STAGE:
-                r["ready"] = e["t"]
+            if e["stage"] == WAITING_STAGE:  # dated from when it asked for its turn
+                r["ready"] = r["forked"] + e["elapsed_s"]
         elif e["type"] == "run_started":
             r["started"] = e
         elif e["type"] == "step":

@@ -124,6 +124,16 @@ def held_import(folder: Path, module: str, only: str = "") -> tuple[dict, Path]:
     return env, mark
 
 
+async def pilot_until(pilot, predicate, timeout: float = 30.0) -> None:
+    """:func:`wait_until` for a Textual app under test: let it run (``pilot.pause``) until
+    ``predicate()`` holds; fail after ``timeout`` seconds."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.05)
+
+
 def side_by_side(tmp_path_factory, scenarios: dict) -> dict:
     """Run each scenario (a function of a fresh folder) in a thread of its own, all at once, and
     return what each returned, or the exception it raised, by name (:func:`outcome` raises it in

@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import io
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import (BOUNDS, DetailPane, Failures, GpuStatus, RunList, StatusLine, SummaryTable,
                                   Timeline, draw_bar, phase_bars, pick_columns, step_segments)
 
-from .conftest import CPU_TINY
+from .conftest import CPU_TINY, pilot_until
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "tests" / "data" / "h200_sweep.jsonl"  # 1x4, 2x2, 4x1, one run each
@@ -54,11 +53,7 @@ async def settled(pilot, timeout: float = 30.0) -> None:
     the rest of it (read at once, the footer could still be blank)."""
     from textual.widgets._footer import FooterKey
 
-    await pilot.pause()
-    t0 = time.monotonic()
-    while not pilot.app.screen.query(FooterKey):
-        assert time.monotonic() - t0 < timeout, "the footer never got its keys"
-        await pilot.pause(0.02)
+    await pilot_until(pilot, lambda: pilot.app.screen.query(FooterKey), timeout)
     await pilot.pause()
 
 

@@ -203,6 +203,7 @@ def test_redraws_hold_off_while_the_monitor_is_over_its_cpu_budget(monkeypatch):
     events = recorded()
     first = [e for e in events if e["run_id"].endswith("1x4")]
     later = [e for e in events if not e["run_id"].endswith("1x4")]
+    monkeypatch.setattr(app_mod, "REFRESH_HZ", 20.0)  # (ticks every 50 ms: the rules, not the rate, are tested)
     monkeypatch.setattr(app_mod, "CPU_BUDGET", 0.0)  # always over budget
     monkeypatch.setattr(app_mod, "MAX_STALE_S", 3600.0)  # the screen never goes stale: held for good
     source = Training(first)

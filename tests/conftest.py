@@ -189,6 +189,15 @@ def outcome(results: dict, name):
     return got
 
 
+def kill_left(*procs) -> None:
+    """For a ``finally``: whichever of ``procs`` (``Popen`` objects, or None for one never
+    started) still runs is killed, and reaped."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def read_csv(path):
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tracetui.cli import main
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait, ROOT, cli_args, outcome, pilot_until, read_csv, run_cli, run_main, side_by_side
+from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, side_by_side
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -399,9 +399,7 @@ def _trial_killed_by_a_signal(folder: Path) -> dict:
         os.kill(pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_left(proc)
     return dict(code=proc.returncode, err=err)
 
 
@@ -419,9 +417,7 @@ def _fork_server_killed(folder: Path, warmup: int) -> dict:
             os.kill(servers[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_left(proc)
     return dict(code=proc.returncode, err=err, servers=servers, runs=runs, out=out)
 
 

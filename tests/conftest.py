@@ -1,5 +1,6 @@
 import contextlib
 import csv
+import gc
 import io
 import os
 import subprocess
@@ -23,6 +24,28 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# The collector and this session's heap: torch, transformers, TRL, datasets and Textual are
+# millions of objects, and every full collection walked them all (34 of them, 19 s of a run of
+# the quick tests on a 2-core machine, five of those pytest's own as it ends). What has survived
+# a test is collected once (its garbage, and what that says) and then frozen out of the
+# collector's reach (gc.freeze, as tracetui's fork server does with its imports): a later
+# collection walks what later tests made. Frozen objects are still freed when nothing refers to
+# them; only a reference cycle among them that a later test lets go of stays.
+def _collect_and_freeze() -> None:
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_collection_finish(session):
+    _collect_and_freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    yield
+    _collect_and_freeze()
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays
 #: that need a CPU machine's log beside the H200's and no training of their own
@@ -124,6 +147,16 @@ def held_import(folder: Path, module: str, only: str = "") -> tuple[dict, Path]:
     return env, mark
 
 
+async def pilot_until(pilot, predicate, timeout: float = 30.0) -> None:
+    """:func:`wait_until` for a Textual app under test: let it run (``pilot.pause``) until
+    ``predicate()`` holds; fail after ``timeout`` seconds."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.05)
+
+
 def side_by_side(tmp_path_factory, scenarios: dict) -> dict:
     """Run each scenario (a function of a fresh folder) in a thread of its own, all at once, and
     return what each returned, or the exception it raised, by name (:func:`outcome` raises it in
@@ -154,6 +187,15 @@ def outcome(results: dict, name):
     if isinstance(got, BaseException):
         raise got
     return got
+
+
+def kill_left(*procs) -> None:
+    """For a ``finally``: whichever of ``procs`` (``Popen`` objects, or None for one never
+    started) still runs is killed, and reaped."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def read_csv(path):

@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, outcome, read_csv, run_cli, side_by_side
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, side_by_side
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -50,10 +50,7 @@ def _script_reports_to_watch(folder: Path) -> dict:
         watch.send_signal(signal.SIGINT)
         _, err = watch.communicate(timeout=60)
     finally:
-        for proc in (watch, script):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_left(watch, script)
     return dict(modes=modes, script=script.returncode, out=out, watch=watch.returncode, err=err, sock=sock,
                 csv=folder / "w.csv", runs=folder / "runs")
 
@@ -78,10 +75,7 @@ def _listener_killed_mid_run(folder: Path) -> dict:
         watch.wait()
         out, _ = script.communicate(timeout=300)
     finally:
-        for proc in (watch, script):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_left(watch, script)
     return dict(script=script.returncode, out=out, folder=folder)
 
 

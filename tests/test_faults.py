@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tracetui.cli import main
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait, ROOT, cli_args, outcome, read_csv, run_cli, run_main, side_by_side
+from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, side_by_side
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -293,9 +293,9 @@ def test_nvml_failing_mid_run_stops_sampling_with_a_notice():
 
     async def drive():
         async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause(0.1)
-            text = str(app.query_one(GpuStatus).render())
-            assert "util 42%" in text and "NVML failed mid-run" in text
+            gpu = app.query_one(GpuStatus)
+            await pilot_until(pilot, lambda: "NVML failed mid-run" in str(gpu.render()))
+            assert "util 42%" in str(gpu.render())
             await pilot.press("q")
 
     asyncio.run(drive())
@@ -366,9 +366,7 @@ def _trial_killed_by_a_signal(folder: Path) -> dict:
         os.kill(pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_left(proc)
     return dict(code=proc.returncode, err=err)
 
 
@@ -386,9 +384,7 @@ def _fork_server_killed(folder: Path, warmup: int) -> dict:
             os.kill(servers[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_left(proc)
     return dict(code=proc.returncode, err=err, servers=servers, runs=runs, out=out)
 
 

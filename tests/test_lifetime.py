@@ -23,7 +23,7 @@ import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, held_import, outcome, read_csv, run_main, side_by_side, wait_until
+from .conftest import ROOT, held_import, kill_left, outcome, read_csv, run_main, side_by_side, wait_until
 
 TINY = ["--steps", 200, "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--effective-batch", 4]
 
@@ -320,9 +320,7 @@ def _stopped_while_the_worker_imports_trl(folder: Path) -> dict:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_left(proc)
     return dict(code=proc.returncode, err=err, runs=runs, out=out)
 
 

@@ -20,6 +20,7 @@ from tracetui.tui.widgets import (MORE, DetailPane, Failures, GpuStatus, RunLabe
                                   Verdict, fit_run_labels)
 from tracetui.trial import Trial
 
+from .conftest import pilot_until
 from .test_monitor_layout import ROOT, SIZES, drive, load, screen_text
 
 #: a real CPU sweep: --splits 1x4,2x2,4x1 --vary liger=off,on --repeats 2 (6 runs unavailable)
@@ -53,15 +54,24 @@ def first_screen(path: Path, size: tuple[int, int], tmp_path: Path) -> SimpleNam
 
     async def steps(pilot):
         runs = app.query_one(RunList)
-        return SimpleNamespace(
+        lines = screen_text(app).splitlines()
+        answer = app.query_one(Verdict).region
+        shown = SimpleNamespace(
             regions={name: app.query_one(name).region for name in ("Header", "#verdict", "#main", "#failures",
                                                                    "#summary", "#status", "Footer")},
             scroll=app.screen.max_scroll_y, names=run_names(app),
             name_width=runs.columns[runs.coordinate_to_cell_key((0, 0)).column_key].width,
             run_list_height=runs.region.height, gpu=str(app.query_one(GpuStatus).render()),
             gpu_height=app.query_one(GpuStatus).region.height, failures=str(app.query_one(Failures).render()),
-            verdict=app.query_one(Verdict).full.plain, lines=screen_text(app).splitlines(),
-            tabs=[(t.label_text, t.region) for t in app.query(Tab)])
+            verdict=app.query_one(Verdict).full.plain, lines=lines, tabs=[(t.label_text, t.region) for t in app.query(Tab)],
+            answer="\n".join(lines[answer.y:answer.bottom]), status=str(app.query_one(StatusLine).render()),
+            recommendation=recommendation(app.rows), notices=[m for _, m in app.notices])
+        # then the help screen, where what the main screen cuts short stands whole
+        await pilot.press("question_mark")
+        await pilot_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        shown.help = str(app.screen.query_one("#help Static").render())
+        await pilot.press("escape")
+        return shown
 
     return drive(app, size, steps)
 
@@ -165,21 +175,9 @@ def words(text: str) -> str:
 
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize("path", [KNOBS, FSDP], ids=["knobs", "fsdp"])
-def test_a_long_recommendation_is_whole_or_says_where_it_is(path, size, tmp_path):
-    app = monitor(path, tmp_path)
-
-    async def steps(pilot):
-        region = app.query_one(Verdict).region
-        shown = "\n".join(screen_text(app).splitlines()[region.y:region.bottom])
-        await pilot.press("question_mark")
-        await pilot.pause()
-        assert isinstance(app.screen, HelpScreen)
-        whole = str(app.screen.query_one("#help Static").render())
-        await pilot.press("escape")
-        return shown, whole
-
-    shown, whole = drive(app, size, steps)
-    rec = recommendation(app.rows)
+def test_a_long_recommendation_is_whole_or_says_where_it_is(path, size, screens):
+    got = screens(path, size)
+    shown, whole, rec = got.answer, got.help, got.recommendation
     assert "in SFTConfig: " in rec
     assert rec in words(shown) or words(shown).endswith(MORE.strip())
     assert rec in words(whole)  # the help screen has it whole
@@ -187,19 +185,9 @@ def test_a_long_recommendation_is_whole_or_says_where_it_is(path, size, tmp_path
         assert rec not in words(shown) and len(shown.splitlines()) == 4
 
 
-def test_the_cpu_warning_says_where_it_is_whole(tmp_path):
-    app = monitor(LIGER, tmp_path, live=True)
-
-    async def steps(pilot):
-        shown = str(app.query_one(StatusLine).render())
-        await pilot.press("question_mark")
-        await pilot.pause()
-        whole = str(app.screen.query_one("#help Static").render())
-        await pilot.press("escape")
-        return shown, whole
-
-    shown, whole = drive(app, (80, 24), steps)
-    warning = app.notices[0][1]
+def test_the_cpu_warning_says_where_it_is_whole(screens):
+    got = screens(LIGER, (80, 24))
+    shown, whole, warning = got.status, got.help, got.notices[0]
     assert warning.startswith("training shares this machine's 2 CPU cores") and warning.endswith("--export csv)")
     assert shown.startswith("training shares") and shown.endswith(MORE) and len(shown) <= 78
     assert warning in words(whole)

@@ -6,8 +6,8 @@ import asyncio
 import gzip
 import io
 import shutil
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -24,7 +24,7 @@ from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import (BOUNDS, DetailPane, Failures, GpuStatus, RunList, StatusLine, SummaryTable,
                                   Timeline, draw_bar, phase_bars, pick_columns, step_segments)
 
-from .conftest import CPU_TINY
+from .conftest import CPU_TINY, pilot_until
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "tests" / "data" / "h200_sweep.jsonl"  # 1x4, 2x2, 4x1, one run each
@@ -54,11 +54,7 @@ async def settled(pilot, timeout: float = 30.0) -> None:
     the rest of it (read at once, the footer could still be blank)."""
     from textual.widgets._footer import FooterKey
 
-    await pilot.pause()
-    t0 = time.monotonic()
-    while not pilot.app.screen.query(FooterKey):
-        assert time.monotonic() - t0 < timeout, "the footer never got its keys"
-        await pilot.pause(0.02)
+    await pilot_until(pilot, lambda: pilot.app.screen.query(FooterKey), timeout)
     await pilot.pause()
 
 
@@ -132,16 +128,52 @@ def test_exit_status_is_one_rule_for_every_outcome():
 
 
 # ---- the answer, the table, the detail pane ---------------------------------------------------------
-@pytest.mark.parametrize("size", SIZES)
-def test_the_answer_and_the_first_columns_fit_at_every_size(size):
+def h200_session(size) -> SimpleNamespace:
+    """The monitor on the H200 log at ``size``, as a user goes through it: its first screen (the
+    text, the table's columns, the run list); the detail pane of the first run (up, up); the
+    timeline of 4x1 against 1x4 pinned (c, down, down, t); the help screen (?)."""
     app = TraceApp(ReplaySource(load(H200)))
 
     async def steps(pilot):
-        table = app.query_one(SummaryTable)
-        return (screen_text(app), [str(c.label) for c in table.columns.values()],
-                sum(c.get_render_width(table) for c in table.columns.values()))
+        table, runs = app.query_one(SummaryTable), app.query_one(RunList)
+        got = SimpleNamespace(text=screen_text(app), headers=[str(c.label) for c in table.columns.values()],
+                              used=sum(c.get_render_width(table) for c in table.columns.values()),
+                              run_rows=runs.row_count)
+        runs.focus()
+        await pilot.press("up", "up")  # from the last (4x1) to the first run: 1x4
+        await pilot.pause()
+        got.detail = app.query_one(DetailPane).content(100).plain
+        await pilot.press("c")  # pinned for comparison
+        await pilot.press("down", "down")  # 4x1
+        await pilot.press("t")
+        await pilot.pause()
+        got.timeline, got.timeline_text = app.query_one(Timeline), screen_text(app)
+        await pilot.press("question_mark")
+        await pilot_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        got.help = screen_text(app)
+        await pilot.press("escape")
+        return got
 
-    text, headers, used = drive(app, size, steps)
+    return drive(app, size, steps)
+
+
+@pytest.fixture(scope="module")
+def h200():
+    """:func:`h200_session` at a size, driven once for every test that reads it."""
+    seen: dict = {}
+
+    def at(size):
+        if size not in seen:
+            seen[size] = h200_session(size)
+        return seen[size]
+
+    return at
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_answer_and_the_first_columns_fit_at_every_size(size, h200):
+    got = h200(size)
+    text, headers, used = got.text, got.headers, got.used
     assert "4x1 is 3.83x faster than 1x4 (95% CI 3.61-4." in text.replace("\n ", " ")
     assert "use 4x1 for effective batch 4" in text
     for need in ("split", "status", "step ms", "speedup", "bound", "peak GiB"):
@@ -164,16 +196,8 @@ def test_columns_are_chosen_by_priority_for_the_width():
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_detail_pane_shows_the_why_of_the_selected_trial(size):
-    app = TraceApp(ReplaySource(load(H200)))
-
-    async def steps(pilot):
-        app.query_one(RunList).focus()
-        await pilot.press("up", "up")  # from the last (4x1) to the first run: 1x4
-        await pilot.pause()
-        return app.query_one(DetailPane).content(100).plain
-
-    detail = drive(app, size, steps)
+def test_detail_pane_shows_the_why_of_the_selected_trial(size, h200):
+    detail = h200(size).detail
     assert detail.startswith("1x4 on NVIDIA H200 · ok")
     assert "step 1688.5 ms" in detail and "1.00x vs 1x4" in detail
     assert "why: host-bound (GPU busy 15%" in detail and BOUNDS["host-bound"] in detail
@@ -225,19 +249,8 @@ def test_a_step_is_drawn_to_scale():
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_timeline_stacks_two_trials_on_one_scale(size):
-    app = TraceApp(ReplaySource(load(H200)))
-
-    async def steps(pilot):
-        app.query_one(RunList).focus()
-        await pilot.press("up", "up")  # 1x4
-        await pilot.press("c")  # pinned for comparison
-        await pilot.press("down", "down")  # 4x1
-        await pilot.press("t")
-        await pilot.pause()
-        return app.query_one(Timeline), screen_text(app)
-
-    timeline, text = drive(app, size, steps)
+def test_timeline_stacks_two_trials_on_one_scale(size, h200):
+    timeline, text = h200(size).timeline, h200(size).timeline_text
     lanes = timeline.lanes
     assert [l.name for l in lanes] == ["4x1", "1x4"]
     four, one = (step_segments(l.step) for l in lanes)
@@ -294,13 +307,9 @@ def test_a_run_that_has_not_stepped_shows_what_it_is_doing():
     cells = drive(app, (80, 24), steps)
     assert cells[0] == ["2x2", "building the model 12s"]
     assert cells[1] == ["4x1", "queued"]
-    # a log without stages still shows (the H200 one has none)
-    app = TraceApp(ReplaySource(load(H200)))
 
-    async def count(pilot):
-        return app.query_one(RunList).row_count
-
-    assert drive(app, (80, 24), count) == 3
+def test_a_log_without_stages_still_shows_its_runs(h200):
+    assert h200((80, 24)).run_rows == 3  # (the H200 one has none)
 
 
 def test_a_script_sweep_header_says_what_the_script_ran_with():
@@ -327,21 +336,11 @@ def test_the_idle_watch_screen_says_how_to_connect(tmp_path):
     assert "TRACETUI_SOCKET=" in text  # not the default socket: the script must be told
 
 
-def test_help_screen_and_readme_say_what_each_bound_means():
+def test_help_screen_and_readme_say_what_each_bound_means(h200):
     readme = (ROOT / "README.md").read_text()
     for name in BOUNDS:
         assert f"`{name}`" in readme, name
-    app = TraceApp(ReplaySource(load(H200)))
-
-    async def steps(pilot):
-        await pilot.press("question_mark")
-        await pilot.pause()
-        assert isinstance(app.screen, HelpScreen)
-        text = screen_text(app)
-        await pilot.press("escape")
-        return text
-
-    text = drive(app, (120, 36), steps)
+    text = h200((120, 36)).help
     assert "What bounds a trial" in text and "host-bound" in text
 
 

@@ -12,7 +12,7 @@ from tracetui.config import ConfigError, SweepConfig
 from tracetui.runner import preflight
 from tracetui.runner.lifetime import forking, trial_context
 
-from .conftest import held_import, wait_until
+from .conftest import held_import, kill_left, wait_until
 
 pytestmark = [pytest.mark.slow,  # each test starts a fork server (its imports: torch, transformers, TRL)
               pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")]
@@ -243,8 +243,6 @@ def test_ctrl_c_before_any_run_takes_the_importing_fork_server_along(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_left(proc)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "tracetui: error: interrupted before any run started"
     wait_until(lambda: process_gone(server), 10)

@@ -17,7 +17,7 @@ from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import DetailPane, start_words
 
-from .conftest import CPU_TINY, run_cli, run_main
+from .conftest import CPU_TINY, pilot_until, run_cli, run_main
 
 
 def _adds_up(spent: dict) -> bool:
@@ -89,10 +89,7 @@ def test_the_monitor_says_where_the_time_went_and_what_each_start_was_spent_on()
 
     async def drive():
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(40):
-                if any(m.startswith("time: ") for _, m in app.notices):
-                    break
-                await pilot.pause(0.1)
+            await pilot_until(pilot, lambda: any(m.startswith("time: ") for _, m in app.notices))
             detail = app.query_one(DetailPane).content(100).plain
             return [m for _, m in app.notices if m.startswith("time: ")], detail
 

@@ -3,21 +3,20 @@
 import asyncio
 import multiprocessing as mp
 import re
-import time
 from pathlib import Path
 
 import pytest
 
+from tracetui.analysis import Policy
 from tracetui.config import SweepConfig, validate
 from tracetui.events import make
+from tracetui.outputs import Outputs
 from tracetui.runner.sweep import Sweep
 from tracetui.store import read_events
-from tracetui.analysis import Policy
-from tracetui.outputs import Outputs
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource, SweepSource
 from tracetui.tui.widgets import RunList, SummaryTable, Verdict
-from .conftest import busy_marked, read_csv
+from .conftest import busy_marked, pilot_until, read_csv
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -44,14 +43,6 @@ def _identity(path: Path):
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-async def _wait(pilot, predicate, timeout):
-    t0 = time.monotonic()
-    while not predicate():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError("timed out waiting for the app")
-        await pilot.pause(0.25)
-
-
 #: what the verdict of a sweep of 1x2 and 2x1 may say: one is faster, or no clear difference
 CLAIM_1X2_2X1 = re.compile(r"((1x2 is [\d.]+x faster than 2x1|2x1 is [\d.]+x faster than 1x2)( \([^)]*\))?"
                            r"|no clear difference between (1x2 and 2x1|2x1 and 1x2)) at effective batch 2")
@@ -63,6 +54,7 @@ def test_live_sweep_in_app(tmp_path):
                       runs_dir=str(tmp_path / "runs"), allow_busy=True)
     sweep = Sweep(cfg, validate(cfg))
     out = tmp_path / "live.csv"
+    # the answer under the sweep's policy (a verdict even on a busy machine), as the command gives it
     app = TraceApp(SweepSource(sweep), outputs=Outputs(str(out), "csv", policy=Policy.of(cfg)),
                    planned=[(s.run_id, s.trial) for s in sweep.planned()], screenshot_dir=str(tmp_path))
     statuses_seen = set()
@@ -89,9 +81,9 @@ def test_live_sweep_in_app(tmp_path):
                 return (len(app.results.runs) == 2
                         and all(r.status == "ok" for r in app.results.runs.values()))
 
-            await _wait(pilot, done, 240)
+            await pilot_until(pilot, done, 240)
             # the sweep over, the last events are drawn at once: the table and the whole answer
-            await _wait(pilot, lambda: not app.source.running() and not app._dirty
+            await pilot_until(pilot, lambda: not app.source.running() and not app._dirty
                         and app.query_one(SummaryTable).row_count == 2, 30)
             said = str(app.query_one("#verdict").render())
             # the verdict (asked for on a busy machine too: allow_busy), marked when measured busy
@@ -101,16 +93,16 @@ def test_live_sweep_in_app(tmp_path):
             assert "one run per split: intervals cover step noise only" in app.query_one(Verdict).full.plain
             before = _identity(out)  # (the summary may be written already: e writes it anew, whole)
             await pilot.press("e")
-            await _wait(pilot, lambda: _identity(out) not in (None, before), 30)
+            await pilot_until(pilot, lambda: _identity(out) not in (None, before), 30)
             assert [r["status"] for r in read_csv(out)] == ["ok", "ok"]
             await pilot.press("s")
-            await _wait(pilot, lambda: list(tmp_path.glob("*.svg")), 30)
+            await pilot_until(pilot, lambda: list(tmp_path.glob("*.svg")), 30)
             # r runs the split under the run list's cursor (the first, 1x2) once more
             runs.focus()
             await pilot.press("up", "up")  # as a user moves it (the cursor then stays put)
             assert runs.cursor_row == 0
             await pilot.press("r")
-            await _wait(pilot, lambda: done() and False or (len(app.results.runs) == 3
+            await pilot_until(pilot, lambda: done() and False or (len(app.results.runs) == 3
                         and all(r.status == "ok" for r in app.results.runs.values())), 120)
             # while that run was on its way the answer stood, without a note on what the
             # intervals cover (another run of a split was still to come)
@@ -118,7 +110,7 @@ def test_live_sweep_in_app(tmp_path):
             assert not any("intervals cover" in a for a in answers_while_running)
             assert sorted(r.label for r in app.results.runs.values()) == ["1x2", "1x2", "2x1"]
             # the run reports its end before its process has gone: quit once the sweep is over
-            await _wait(pilot, lambda: not app.source.running(), 30)
+            await pilot_until(pilot, lambda: not app.source.running(), 30)
             await pilot.press("q")
 
     asyncio.run(drive())
@@ -137,9 +129,9 @@ def test_quit_mid_run_stops_workers_and_keeps_steps(tmp_path):
 
     async def drive():
         async with app.run_test(size=(80, 24)) as pilot:
-            await _wait(pilot, lambda: any(len(r.steps) >= 3 for r in app.results.runs.values()), 120)
+            await pilot_until(pilot, lambda: any(len(r.steps) >= 3 for r in app.results.runs.values()), 120)
             await pilot.press("q")
-            await _wait(pilot, lambda: not app.is_running, 30)
+            await pilot_until(pilot, lambda: not app.is_running, 30)
 
     asyncio.run(drive())
     assert app.return_code == 130
@@ -157,15 +149,13 @@ def test_replay_fills_table_and_verdict():
 
     async def drive():
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.1)
             table = app.query_one(SummaryTable)
-            assert table.row_count == 3
+            await pilot_until(pilot, lambda: table.row_count == 3)
             verdict = str(app.query_one("#verdict").render())
             assert "4x1 is 3.83x faster than 1x4" in verdict
             await pilot.press("r")  # replay: nothing to rerun, says so, keeps running
             await pilot.press("question_mark")
-            await pilot.pause(0.1)
-            assert app.screen.__class__.__name__ == "HelpScreen"
+            await pilot_until(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen")
             await pilot.press("escape")
             await pilot.press("q")
 
@@ -193,7 +183,7 @@ def test_snapshot_light_theme(snap_compare):
 
     async def light(pilot):
         pilot.app.theme = "textual-light"
-        await pilot.pause(0.1)
+        await pilot.pause()
 
     assert snap_compare(TraceApp(ReplaySource(recorded())), terminal_size=(100, 32), run_before=light)
 
@@ -213,6 +203,7 @@ def test_redraws_hold_off_while_the_monitor_is_over_its_cpu_budget(monkeypatch):
     events = recorded()
     first = [e for e in events if e["run_id"].endswith("1x4")]
     later = [e for e in events if not e["run_id"].endswith("1x4")]
+    monkeypatch.setattr(app_mod, "REFRESH_HZ", 20.0)  # (ticks every 50 ms: the rules, not the rate, are tested)
     monkeypatch.setattr(app_mod, "CPU_BUDGET", 0.0)  # always over budget
     monkeypatch.setattr(app_mod, "MAX_STALE_S", 3600.0)  # the screen never goes stale: held for good
     source = Training(first)
@@ -224,29 +215,29 @@ def test_redraws_hold_off_while_the_monitor_is_over_its_cpu_budget(monkeypatch):
         async with app.run_test(size=(100, 30)) as pilot:
             runs = app.query_one(RunList)
             # the first events applied, and training seen running (that change is drawn at once)
-            await _wait(pilot, lambda: app.events_applied == len(first) and app._was_running, 10)
+            await pilot_until(pilot, lambda: app.events_applied == len(first) and app._was_running, 10)
             app.redraw()  # (drawn once by hand: the bound of an hour holds back even the first)
             assert runs.row_count == 1
             for e in later:
                 app.inbox.put(e)
-            await _wait(pilot, lambda: app.events_applied == len(events), 10)
+            await pilot_until(pilot, lambda: app.events_applied == len(events), 10)
             seen = len(ticks)
-            await _wait(pilot, lambda: len(ticks) >= seen + 3, 10)
+            await pilot_until(pilot, lambda: len(ticks) >= seen + 3, 10)
             assert app._dirty and runs.row_count == 1  # events applied, screen held, tick after tick
             monkeypatch.setattr(app_mod, "MAX_STALE_S", 0.0)  # now stale: the next tick draws
-            await _wait(pilot, lambda: runs.row_count == 3 and not app._dirty, 10)
+            await pilot_until(pilot, lambda: runs.row_count == 3 and not app._dirty, 10)
             monkeypatch.setattr(app_mod, "MAX_STALE_S", 3600.0)
             source.going = False  # training over: the last events are drawn at once
             n = app.events_applied
             app.inbox.put(dict(later[-1], run_id=later[-1]["run_id"] + "-last"))
-            await _wait(pilot, lambda: app.events_applied > n and not app._dirty, 10)
+            await pilot_until(pilot, lambda: app.events_applied > n and not app._dirty, 10)
             source.going = True
             monkeypatch.setattr(app_mod, "CPU_BUDGET", 100.0)  # under budget: every batch draws
             seen = len(ticks)
-            await _wait(pilot, lambda: len(ticks) >= seen + 2, 10)  # (training seen going again)
+            await pilot_until(pilot, lambda: len(ticks) >= seen + 2, 10)  # (training seen going again)
             n = app.events_applied
             app.inbox.put(dict(later[-1], run_id=later[-1]["run_id"] + "-again"))
-            await _wait(pilot, lambda: app.events_applied > n and not app._dirty, 10)
+            await pilot_until(pilot, lambda: app.events_applied > n and not app._dirty, 10)
 
     asyncio.run(drive())
 

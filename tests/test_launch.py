@@ -256,3 +256,25 @@ def test_a_forked_run_has_what_the_command_would_have_had(forked_and_fresh):
     assert {k for k in b["env"] if a["env"][k] != b["env"][k]} <= own
     # the probe is attached either way: forked, to the Trainer the server imported
     assert a["trainer_patched"] and b["trainer_patched"]
+
+
+def test_a_config_trainers_recommendation_is_its_own_config_with_the_keys(tmp_path):
+    """The handoff of an axolotl sweep: the keys said in one line, and --emit-config writes the
+    user's config (comments kept) with them, which the trainer's own command then takes."""
+    from tracetui.config import SweepConfig
+    from tracetui.emit import winning_line, write_config
+
+    (tmp_path / "cfg.yml").write_text(AXOLOTL)
+    cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
+    row = {**Trial(4, 1).fields(), "trial": "4x1"}
+    assert winning_line(cmd, row) == (f"the recommendation's keys for {tmp_path / 'cfg.yml'}: "
+                                      "micro_batch_size: 4, gradient_accumulation_steps: 1")
+    out = tmp_path / "best.yml"
+    wrote, notes = write_config(str(out), row, SweepConfig(), cmd)
+    assert wrote == f"axolotl config for 4x1 in {out}: axolotl train {out}"
+    assert notes == ["micro_batch_size: 2 -> 4", "gradient_accumulation_steps: 2 -> 1"]
+    assert out.read_text() == AXOLOTL.replace("micro_batch_size: 2", "micro_batch_size: 4").replace(
+        "gradient_accumulation_steps: 2  #", "gradient_accumulation_steps: 1  #")
+    os.symlink(out, tmp_path / "link.yml")
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        write_config(str(tmp_path / "link.yml"), row, SweepConfig(), cmd)

@@ -278,3 +278,33 @@ def test_a_config_trainers_recommendation_is_its_own_config_with_the_keys(tmp_pa
     os.symlink(out, tmp_path / "link.yml")
     with pytest.raises(ValueError, match="is a symbolic link"):
         write_config(str(tmp_path / "link.yml"), row, SweepConfig(), cmd)
+
+
+def test_in_a_foreign_environment_a_probe_that_cannot_attach_says_so_in_one_line(tmp_path):
+    """A command of another virtual environment (here one whose ``transformers`` has a Trainer
+    but no TrainerCallback) starts fresh, with the probe injected; the probe cannot attach there:
+    one line in the run's log and as the run's failure, no traceback, and the script runs to its
+    end."""
+    import subprocess
+    import venv
+
+    from .conftest import read_csv, run_cli
+
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "venv")
+    fake = tmp_path / "transformers"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "trainer.py").write_text("class Trainer:\n    def __init__(self, **kw):\n        self.callback_handler = None\n")
+    (tmp_path / "train.py").write_text("from transformers.trainer import Trainer\nTrainer()\nprint('trained to the end')\n")
+    python = str(tmp_path / "venv" / "bin" / "python")
+    proc = run_cli("sweep", "--splits", "1x1", "--repeats", 1, "--export", "csv", "-o", tmp_path / "out.csv",
+                   "--runs-dir", tmp_path / "runs", "--", python, "train.py", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"each run starts as a fresh process ({python} is not the interpreter tracetui runs in" in proc.stderr
+    said = ("tracetui: could not attach the probe (ImportError: cannot import name 'TrainerCallback' from "
+            "'transformers'")
+    [row] = read_csv(tmp_path / "out.csv")
+    assert row["status"] == "error" and said in row["message"], row
+    log = next((tmp_path / "runs").glob("*/1x1.log")).read_text()
+    assert said in log and "trained to the end" in log and "Traceback" not in log
+    assert subprocess.run([python, "-c", "import textual"], capture_output=True).returncode != 0  # foreign indeed

@@ -38,6 +38,8 @@ STALL_STEPS = 10.0
 #: what an out-of-memory looks like in a log (PyTorch's error, CUDA's message; under a capped data
 #: size on the CPU: the allocator's and the OpenMP runtime's failures)
 OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|MemoryError")
+#: the line a script's run says when the probe cannot attach there (tracetui/inject/sitecustomize.py)
+PROBE_REFUSED = re.compile(r"^tracetui: could not attach the probe .*$", re.MULTILINE)
 CAPPED_IN_LOG = re.compile(r"std::bad_alloc|Cannot allocate memory|Thread creation failed")
 
 
@@ -275,6 +277,9 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
         return "oom", f"out of memory at micro-batch {spec.trial.micro_batch}{capped}{killed} (see {child.log_path})"
     if code is not None and code < 0:
         return "crashed", f"killed by {signal.Signals(-code).name} without reporting; its log: {child.log_path}"
+    unmeasured = PROBE_REFUSED.search(tail)
+    if unmeasured:  # the probe said why it could not attach: that line is the run's story
+        return child.exit_kind, f"{unmeasured.group(0).strip()} (log: {child.log_path})"
     if code == 0:
         return "error", f"{child.silent_exit} (log: {child.log_path})"
     last = tail.strip().splitlines()[-1][:200] if tail.strip() else ""

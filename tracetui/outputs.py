@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
+from .emit import winning_command, write_trl_config
 from .export import steps_csv, summary_csv, summary_json
 
 
@@ -227,8 +228,6 @@ class Outputs:
             return lines
         if not answer.best:
             return lines + [f"no recommendation, so {self.emit_config} was not written"]
-        from .emit import write_trl_config
-
         best = answer.best[0]
         try:
             why = self.refusal(self.emit_config)
@@ -246,8 +245,6 @@ class Outputs:
 def winning_command_line(cmd: list[str], row: dict) -> str:
     """The swept command with the recommended trial's flags, as one shell line."""
     import shlex
-
-    from .emit import winning_command
 
     return shlex.join(winning_command(cmd, row))
 

@@ -47,6 +47,8 @@ from .analysis import (PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, 
 from .columns import fmt_gib
 from .knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
+from .probe.gpu import physical_index
+from .text import say
 from .trial import Trial
 
 #: share of the memory bound a predicted peak may take (the recommendation's 10% headroom)
@@ -416,8 +418,6 @@ def card_gib(cfg, free: bool = False) -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
-        from .probe.gpu import physical_index
-
         index = physical_index((cfg.gpu_list() or [cfg.gpu_index()])[0])
         info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
         return (info.free if free else info.total) / 2**30
@@ -457,8 +457,6 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     search, line = wants_search(cfg, trials)
     if search:
         if line:
-            from .text import say
-
             say(f"tracetui: {line}")
         return make_search(cfg, trials, short_runs)
     return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)

@@ -22,6 +22,7 @@ from ..analysis import (PROBE_WHY, Policy, Results, RunData, median, recommendat
 from ..columns import Cell, MONITOR, STATUS_STYLE, fmt, table_context
 from ..knobs import SHORT
 from ..phases import PHASES
+from ..probe.settings import describe
 from ..text import clean, plain, safe_text
 from ..trial import Trial, format_value
 
@@ -993,8 +994,6 @@ class DetailPane(Pane):
             text.append(f"\nstarted: {started}", style="dim")
         settings = (run.settings if run is not None and run.settings else (row or {}).get("settings")) or {}
         if settings:
-            from ..probe.settings import describe
-
             text.append("\nran with: " + describe(settings), style="dim")
             if settings.get("max_length"):
                 text.append(f" · max_length {settings['max_length']}", style="dim")

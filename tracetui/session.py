@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 
-from .analysis import Results, repeat_mark, time_line, time_spent
+from .analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
 from .config import MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, validate, whole_number
 from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
 from .knobs import SHORT
@@ -497,7 +497,7 @@ def sweep_time_line(results, sweep_id: str | None) -> str:
 
 def no_split_finished(results) -> str:
     """One line: nothing could be measured, and why (the first failure's reason)."""
-    failed = [r for r in results.runs.values() if r.status not in ("ok", "queued", "warming up", "running")]
+    failed = [r for r in results.runs.values() if r.status not in ("ok", *LIVE_STATUSES)]
     if not failed:
         return "no split finished"
     kinds: dict[str, int] = {}

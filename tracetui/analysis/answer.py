@@ -11,7 +11,9 @@ from ..columns import fmt_duration, fmt_gib
 from ..events import RUN_FAILED_KINDS
 from ..knobs import KNOBS
 from ..knobs import sft_args as knob_sft_args
+from .runs import LIVE_STATUSES
 from .stats import MIN_INTERVAL_STEPS
+
 
 def held_back(group: list[dict], allow_busy: bool = False) -> str | None:
     """Why no ranking may be claimed for a group of splits (one effective batch), or None.
@@ -154,7 +156,7 @@ def _recommend(rows: list[dict], policy: Policy):
     """``(row or None, text)`` per machine and effective batch."""
     groups: dict[tuple, list[dict]] = {}
     unfinished = {(r["machine"], r["effective_batch"]) for r in rows
-                  if r["status"] in ("queued", "warming up", "running")}
+                  if r["status"] in LIVE_STATUSES}
     for r in rows:
         if r.get("step_ms_median") and r["status"] == "ok":
             groups.setdefault((r["machine"], r["effective_batch"]), []).append(r)

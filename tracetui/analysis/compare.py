@@ -14,6 +14,7 @@ from .runs import Results, RunData
 from .stats import (bootstrap_medians, enough_for_interval, median, quantile, ratio_ci, simultaneous_t,
                     t_quantile)
 
+
 def run_medians(runs: list[RunData]) -> list[float]:
     """The median step of each run that measured enough steps to have one worth the name."""
     out = []

@@ -12,6 +12,10 @@ from ..events import (AGAIN_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FAILED_KINDS, RU
                       RUN_STARTED, STEP, SWEEP)
 from ..trial import Trial
 
+#: the statuses of a run still measuring (or about to): every other status is how it ended
+LIVE_STATUSES = ("queued", "warming up", "running")
+
+
 @dataclass
 class RunData:
     """Everything one run (one process, one split) reported."""

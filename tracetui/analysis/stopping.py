@@ -8,6 +8,7 @@ from __future__ import annotations
 from .pairing import StepKey, paired_log_ratios
 from .stats import enough_for_interval, median, order_stat_ci
 
+
 def confident(walls: list[float], pct: float) -> bool:
     """True once the median's 95% interval half-width is under ``pct`` % of the median."""
     if not enough_for_interval(len(walls)):

@@ -20,7 +20,7 @@ from .compare import add_speedups, between_run_spread, cached_boots, run_medians
 from .diagnosis import diagnose
 from .loss import add_loss_check, add_result_changes, loss_curve, precision_mode
 from .pairing import step_keys
-from .runs import Results, RunData, repeat_mark
+from .runs import LIVE_STATUSES, Results, RunData, repeat_mark
 from .stats import enough_for_interval, median, median_ci, quantile, t975
 
 #: how a search's memory probe (:mod:`tracetui.search`) begins its ``why``: a probe measures
@@ -110,7 +110,7 @@ def summarise(results: Results, project_steps: int | None = None,
         measured = [s for r in runs for s in r.measured()]
         walls = [s["wall_ms"] for s in measured]
         statuses = [r.status for r in runs]
-        live = [st for st in statuses if st in ("queued", "warming up", "running")]
+        live = [st for st in statuses if st in LIVE_STATUSES]
         # still measuring while any run is (running before warming up before queued: a head start
         # built beside a measuring run does not make its split look as if it were warming up);
         # ok once one run is; else the failure

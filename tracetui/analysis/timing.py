@@ -7,6 +7,7 @@ from typing import Any
 
 from .runs import Results, RunData
 
+
 def time_spent(results: Results) -> list[dict]:
     """Where each sweep's time went, from its own start (the command's process start) to its
     end: its steps (warm-up included; ``steps_s`` their sum, ``stepping_s`` the wall time they

@@ -25,7 +25,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from ..analysis import Results, time_line, time_spent
+from ..analysis import BOUNDS, Results, time_line, time_spent
 from ..attach import ListenerError, default_socket_path, prepare_socket_path
 from ..outputs import Outputs, output_format
 from ..probe.settings import describe
@@ -35,7 +35,7 @@ from ..session import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_stat
 from ..text import clean, safe_text
 from ..trial import Trial, format_value as fmt_value
 from .sources import CommandSource, Inbox, PreparingSource, ReplaySource, Source, SweepSource, WatchSource
-from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
+from .widgets import (DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
                       Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
                       phase_legend, row_of, run_name)
 

@@ -159,6 +159,9 @@ def _sweep_parser() -> Parser:
         "Usage: tracetui sweep --splits 1x4,2x2,4x1 -- python train.py ARGS"))
     add_arguments(p)
     add_output_args(p)
+    p.add_argument("--fresh", action="store_true",
+                   help="start each run as the command itself starts (a fresh interpreter), not forked from "
+                        "tracetui's server with the libraries imported once")
     return p
 
 
@@ -263,17 +266,19 @@ def sweep_main(argv: list[str]) -> int:
         raise UsageError(str(exc)) from None
     cfg, splits = load_config(ns, deep=False)
     if getattr(ns, "dry_run", False):  # each run's command (the script's steps and model are its own)
-        import shlex
-
         from .plan import dry_run_lines
-        from .runner.script import script_command
+        from .runner.launch import launcher_for
+        from .runner.script import how_runs_start, start_line
         from .search import make_planner
+        from .text import clean
 
+        launcher = launcher_for(cmd)
         for line in dry_run_lines(make_planner(cfg, splits, short_runs=False), cfg,
-                                  lambda d: ": " + shlex.join(script_command(cmd, d.trial))):
+                                  lambda d: ": " + launcher.trial_command(cmd, d.trial).described()):
             print(line)
+        print(clean(start_line(cmd, *how_runs_start(cmd, ns.fresh))))
         return 0
-    sweep = ScriptSweep(cfg, splits, cmd)
+    sweep = ScriptSweep(cfg, splits, cmd, fresh=ns.fresh)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
     from .tui.app import run_app

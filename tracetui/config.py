@@ -807,6 +807,8 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("TRACETUI_RUN_ID", "the run id TraceCallback reports under", max_len=200),
     EnvVar("TRACETUI_OWNER_PID", "the tracetui process a trial dies with", "int", low=1, high=2**22,
            by_tracetui=True),
+    EnvVar("TRACETUI_FORKED", "set in a script's run forked from tracetui's server", "choice", choices=("1",),
+           by_tracetui=True),
     EnvVar("TRACETUI_STARTED_AT", "when the sweep started a script's process (unix seconds)", "float", low=0,
            by_tracetui=True),
     EnvVar("TRACETUI_UNTIL_CONFIDENT", "--until-confident for a swept script", "rule", by_tracetui=True),

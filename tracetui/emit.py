@@ -35,7 +35,8 @@ from typing import Any, Collection
 from .analysis import sft_arguments
 from .config import DATA_SUFFIXES, SweepConfig, dataset_kind, model_kind
 from .knobs import model_args
-from .runner.script import script_command, script_parts
+from .runner.launch import script_parts
+from .runner.script import script_command
 from .trial import Trial
 
 #: fields renamed between releases, the newest name first: a setting is written under the first

@@ -452,7 +452,7 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     sweep.on_event = on_event
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
-    line = sweep.sharing_line()
+    line = sweep.start_line()
     if line:
         say(f"tracetui: {line}")
     planned = sweep.planned()

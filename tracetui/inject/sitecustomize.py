@@ -103,11 +103,15 @@ class _TrainerFinder(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("TRACETUI_SOCKET"):
-    sys.meta_path.insert(0, _TrainerFinder())
+    if "transformers.trainer" in sys.modules:  # a run forked from tracetui's server: imported already
+        _patch_trainer(sys.modules["transformers.trainer"])
+    else:
+        sys.meta_path.insert(0, _TrainerFinder())
 
-# Chain to the sitecustomize this file shadows, if there is one.
-_rest = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
-if _spec is not None and _spec.origin and os.path.dirname(os.path.abspath(_spec.origin)) != _HERE:
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
+# Chain to the sitecustomize this file shadows, if there is one (a forked run's server ran it).
+if not os.environ.get("TRACETUI_FORKED"):
+    _rest = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+    _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
+    if _spec is not None and _spec.origin and os.path.dirname(os.path.abspath(_spec.origin)) != _HERE:
+        _mod = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(_mod)

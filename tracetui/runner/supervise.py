@@ -208,6 +208,44 @@ class CommandChild(Child):
             self._log.close()
 
 
+class ForkedCommandChild(CommandChild):
+    """A user's command forked from the fork server (:mod:`.forkrun`), its libraries imported
+    already; the same process group, events and ends as a :class:`CommandChild`."""
+
+    def __init__(self, ctx, target: Callable, payload: dict, inbox: "queue_mod.Queue[dict]", log_path: Path):
+        super().__init__([], payload["env"], inbox, log_path)
+        self.payload = payload
+        self.proc = ctx.Process(target=target, args=(payload,), name="tracetui-script", daemon=True)
+
+    def start(self) -> None:
+        self.payload["env"] = dict(self.payload["env"], TRACETUI_STARTED_AT=repr(time.time()))
+        launch(lambda: start_shielded(self.proc))
+
+    lost_with = WorkerChild.lost_with
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def signal(self, sig: int) -> None:
+        if self.proc.pid is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)  # the run and the processes it started
+        except OSError:
+            try:  # before it has made its own group
+                os.kill(self.proc.pid, sig)
+            except OSError:
+                pass
+
+    def reap(self) -> None:
+        if self.proc.is_alive():
+            self.signal(signal.SIGKILL)
+        self.proc.join(timeout=5)
+
+
 def log_tail(path: Path, n: int = 4000) -> str:
     try:
         with open(path, "rb") as fh:

@@ -55,8 +55,8 @@ class SweepBase:
     #: head starts (:mod:`.turns`): each next run starts during the current one's warm-up
     relay = False
 
-    def sharing_line(self) -> str | None:
-        """One line on how the runs share the device, when they overlap at all."""
+    def start_line(self) -> str | None:
+        """One line on how the runs start or share the device, where there is something to say."""
         return None
 
     def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
@@ -337,7 +337,7 @@ class Sweep(SweepBase):
         self._solo = threading.Lock()
         ensure_resource_tracker()
 
-    def sharing_line(self) -> str | None:
+    def start_line(self) -> str | None:
         """One line on how the runs share the device: with head starts."""
         if not self.relay:
             return None

@@ -317,6 +317,9 @@ class TraceApp(App):
         self.idle = "waiting for the first measured steps ..."
         for w in sweep.warnings:
             self.say(w, "warning")
+        line = sweep.start_line()
+        if line:
+            self.say(line)
         self._next_summary = 0.0
         self.redraw()
 
@@ -739,6 +742,8 @@ def sweep_subtitle(sweep, cfg=None) -> str:
                 else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
     if sweep is not None and sweep.relay:
         subtitle += " · head starts"
+    if getattr(sweep, "fork", None) is not None:
+        subtitle += " · forked starts"
     return subtitle
 
 

@@ -53,6 +53,11 @@ def fmt_duration(seconds: float) -> str:
     return f"{s} s"
 
 
+def fmt_gib(x: float) -> str:
+    """A memory size as people write it: 140, 80, 24, 4.25."""
+    return f"{x:.0f}" if x >= 20 or float(x).is_integer() else f"{x:.3g}"
+
+
 STATUS_STYLE = {
     "queued": "dim", "warming up": "yellow", "running": "bold cyan", "ok": "bold green",
     "oom": "bold red", "error": "bold red", "crashed": "bold red", "interrupted": "yellow",

@@ -554,8 +554,6 @@ def check_value(name: str, value: Any, flag: str | None = None) -> None:
         if len(value) > MAX_TEXT:
             raise ConfigError(flag, f"is {len(value)} characters long", f"give at most {MAX_TEXT}")
         if not value.isprintable():
-            from .text import clean
-
             bad = next(ch for ch in value if not ch.isprintable())
             raise ConfigError(flag, f"{shown(value)} holds a character that is not printable ({clean(bad)})",
                               "give plain text")

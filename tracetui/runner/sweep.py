@@ -28,6 +28,7 @@ from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, Tria
 from ..search import card_gib, make_planner
 from ..store import EventLog
 from ..trial import Trial
+from . import worker
 from .lifetime import restart_server_if_gone, server_pid, trial_context
 from .preflight import device_kind
 from .supervise import Child, WorkerChild, supervise
@@ -531,8 +532,6 @@ class Sweep(SweepBase):
             # started beside the run before it (a head start), or the first / after a gap
             payload.update(turn=theirs, relay=True, head_start=turns.resident() > 1)
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
-        from . import worker
-
         child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
         child.memory_limit = self.cfg.memory_limit
 

@@ -40,9 +40,10 @@ def busy_mark(group: list[dict]) -> str:
 
 
 def scope_note(rows: list[dict]) -> str:
-    """What the intervals cover: with one run per split, only step-to-step noise."""
+    """What the intervals cover: with one run per split, only step-to-step noise. Nothing where
+    nothing is compared (one trial: ``tracetui run``, a watched script)."""
     timed = [r for r in rows if r.get("step_ms_median")]
-    if timed and all(r.get("ci_scope") == "steps" for r in timed):
+    if len(timed) > 1 and all(r.get("ci_scope") == "steps" for r in timed):
         if any((r.get("runs") or 1) > 1 for r in timed):
             return ("intervals cover step noise only: the runs were too short to measure how fresh processes "
                     "differ (more --steps)")

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from ..attach import SocketListener
 from ..store import EventLog
 from .script import probe_env
 from .sweep import new_sweep_id
@@ -49,7 +50,6 @@ class CommandRun:
 
     def start(self, on_event: Callable[[dict], None]) -> None:
         """Listen, then start the command; returns at once. Raises ``OSError`` if it cannot start."""
-        from ..attach import SocketListener
 
         def take(e: dict) -> None:
             self.log.append(e)

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from ..attach import SocketListener
 from ..config import ConfigError, SweepConfig
 from ..events import make
 from ..knobs import KNOBS
@@ -27,10 +28,11 @@ from ..plan import Planner, RunSpec
 from ..store import EventLog
 from ..trial import Trial
 from . import forkrun
-from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, fork_target, launcher_for, world_size
-from .lifetime import OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context
+from .launch import (SPLIT_FLAGS, ForkTarget, TrialCommand, fork_target, launcher_for, world_size)
+from .lifetime import (OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context)
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
+
 
 def check_command(cmd: list[str], varied: dict | None = None) -> None:
     """Refuse a command line that already fixes what the sweep sets per trial, and a varied
@@ -115,8 +117,6 @@ class ScriptSweep(SweepBase):
     def __init__(self, cfg: SweepConfig, trials: list[Trial], cmd: list[str],
                  on_event: Callable[[dict], None] | None = None, planner: Planner | None = None,
                  fresh: bool = False):
-        from ..attach import SocketListener
-
         self._check(cmd, cfg)
         self.cmd = cmd
         self.launcher = launcher_for(cmd)

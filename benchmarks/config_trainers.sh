@@ -34,23 +34,21 @@
 #   - AXOLOTL_DO_NOT_TRACK=1: axolotl's telemetry (PostHog) otherwise waits at exit for an upload
 #     that cannot happen offline; a plain `axolotl train` then never exits after training.
 #   - axolotl train (its default --launcher accelerate) execs `accelerate launch -m
-#     axolotl.cli.train CFG`, finding `accelerate` on PATH: with the environment not activated,
-#     that is another environment's accelerate (or none). The plain command runs with the
-#     environment's bin first on PATH, as an activated environment has it; the sweep runs as
-#     typed, with PATH untouched, unless ACTIVATE=1.
+#     axolotl.cli.train CFG`, finding `accelerate` on PATH: the plain command runs with the
+#     environment's bin first on PATH, as an activated environment has it; the sweep is typed
+#     with the program's full path, and tracetui runs it as if its environment were activated.
 #
 # Usage: bash benchmarks/config_trainers.sh [axolotl] [llamafactory] [tf456]   (default: all three)
 #   ENVS (/work/envs), WORK (/tmp/config_trainers: fixtures, trainer outputs, sweep runs),
 #   OUT (out/config_trainers), STEPS (12: max_steps of each run), TRACETUI (the command that runs
-#   tracetui; default: python3's interpreter by its full path, -m tracetui), REBUILD, ACTIVATE.
+#   tracetui; default: python3's interpreter by its full path, -m tracetui), REBUILD.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ENVS=${ENVS:-/work/envs}
 WORK=${WORK:-/tmp/config_trainers}
 OUT=${OUT:-out/config_trainers}
 STEPS=${STEPS:-12}
-# tracetui as installed for this python3, by its interpreter's path: a pyenv shim would put its own
-# bin folder first on PATH again, before the trainer's (see ACTIVATE)
+# tracetui as installed for this python3, by its interpreter's path
 TRACETUI=${TRACETUI:-"$(python3 -c 'import sys; print(sys.executable)') -m tracetui"}
 TORCH=torch==2.13.0
 SPLITS=1x4,2x2
@@ -110,10 +108,9 @@ activated() {  # activated NAME CMD...: CMD with the environment's bin first on 
 
 sweep() {  # sweep NAME CMD...: tracetui's dry run, then its sweep, of CMD in $WORK/NAME
   local name=$1; shift
-  local wrap=() tag=$name
-  [ -n "${ACTIVATE:-}" ] && wrap=(activated "$name") && tag=$name.activated
+  local tag=$name
   $TRACETUI sweep --dry-run --splits "$SPLITS" --repeats 1 -- "$@" > "$OUT/$tag.dry-run.txt" 2>&1
-  timed "$tag" sweep "$OUT/$tag.sweep.err" "${wrap[@]}" $TRACETUI sweep --export csv -o "$OUT/$tag.sweep.csv" --force \
+  timed "$tag" sweep "$OUT/$tag.sweep.err" $TRACETUI sweep --export csv -o "$OUT/$tag.sweep.csv" --force \
     --splits "$SPLITS" --repeats 1 --runs-dir "$WORK/$name/runs" -- "$@"
   [ -f "$OUT/$tag.sweep.csv" ] && python3 -c '
 import csv, sys

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tracetui.config import ConfigError
-from tracetui.runner.launch import ConfigFile, Flags, fork_target, launcher_for, with_keys, world_size
+from tracetui.runner.launch import DROPPED, ConfigFile, Flags, fork_target, launcher_for, with_keys, world_size
 from tracetui.trial import Trial
 
 AXOLOTL = """\
@@ -98,7 +98,8 @@ def test_llama_factory_names_and_dry_run_copy(tmp_path):
     got = launcher.trial_command(cmd, _trial(2, 2, activation_checkpointing=False, attn_implementation="sdpa"))
     assert got.argv == ["llamafactory-cli", "train", f"{{copy of {tmp_path / 'lf.yaml'}}}"] and got.copy is None
     assert got.changed == [("per_device_train_batch_size", 1, 2), ("gradient_accumulation_steps", None, 2),
-                           ("disable_gradient_checkpointing", None, True), ("flash_attn", None, "sdpa")]
+                           ("disable_gradient_checkpointing", None, True), ("flash_attn", None, "sdpa"),
+                           ("output_dir", "saves/tiny", "{the run's folder}/output")]
 
 
 @pytest.mark.parametrize("cmd_tail, varied, said", [
@@ -180,9 +181,9 @@ def test_sweep_dry_run_shows_each_copy_and_writes_nothing(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [
         f"run 1: 1x4 (effective batch 4): axolotl train '{{copy of {tmp_path / 'cfg.yml'}}}'; changes "
-        "micro_batch_size 2 -> 1, gradient_accumulation_steps 2 -> 4",
+        "micro_batch_size 2 -> 1, gradient_accumulation_steps 2 -> 4, output_dir ./outputs/lora -> {the run's folder}/output",
         f"run 2: 4x1 (effective batch 4): axolotl train '{{copy of {tmp_path / 'cfg.yml'}}}'; changes "
-        "micro_batch_size 2 -> 4, gradient_accumulation_steps 2 -> 1"]
+        "micro_batch_size 2 -> 4, gradient_accumulation_steps 2 -> 1, output_dir ./outputs/lora -> {the run's folder}/output"]
     assert out[2].startswith("each run starts as a fresh process (")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yml"] + (["runs"] if (tmp_path / "runs").exists() else [])
@@ -295,16 +296,50 @@ def test_in_a_foreign_environment_a_probe_that_cannot_attach_says_so_in_one_line
     fake.mkdir()
     (fake / "__init__.py").write_text("")
     (fake / "trainer.py").write_text("class Trainer:\n    def __init__(self, **kw):\n        self.callback_handler = None\n")
-    (tmp_path / "train.py").write_text("from transformers.trainer import Trainer\nTrainer()\nprint('trained to the end')\n")
+    (tmp_path / "train.py").write_text("import os\nprint('PATH starts with', os.environ['PATH'].split(os.pathsep)[0])\n"
+                                       "from transformers.trainer import Trainer\nTrainer()\nprint('trained to the end')\n")
     python = str(tmp_path / "venv" / "bin" / "python")
     proc = run_cli("sweep", "--splits", "1x1", "--repeats", 1, "--export", "csv", "-o", tmp_path / "out.csv",
                    "--runs-dir", tmp_path / "runs", "--", python, "train.py", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert f"each run starts as a fresh process ({python} is not the interpreter tracetui runs in" in proc.stderr
+    assert f"each run starts as a fresh process in the Python environment {tmp_path / 'venv'} (as if activated)" \
+        in proc.stderr
     said = ("tracetui: could not attach the probe (ImportError: cannot import name 'TrainerCallback' from "
             "'transformers'")
     [row] = read_csv(tmp_path / "out.csv")
     assert row["status"] == "error" and said in row["message"], row
     log = next((tmp_path / "runs").glob("*/1x1.log")).read_text()
     assert said in log and "trained to the end" in log and "Traceback" not in log
+    # run as if its environment were activated: what it starts by name is its own
+    assert f"PATH starts with {tmp_path / 'venv' / 'bin'}" in log
     assert subprocess.run([python, "-c", "import textual"], capture_output=True).returncode != 0  # foreign indeed
+
+
+def test_axolotl_copy_leaves_out_batch_size_and_runs_untracked_unless_asked(tmp_path, monkeypatch):
+    """axolotl refuses ``batch_size`` beside ``gradient_accumulation_steps``: the copy leaves it
+    out (and says so). Offline, axolotl's usage reporting holds a finished run open for minutes:
+    measured runs get AXOLOTL_DO_NOT_TRACK=1, unless the user set it."""
+    (tmp_path / "cfg.yml").write_text("base_model: m\nbatch_size: 8  # per device, over the accumulation\n"
+                                      "micro_batch_size: 2\n")
+    cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
+    launcher = launcher_for(cmd)
+    got = launcher.trial_command(cmd, _trial(4, 2), tmp_path / "run")
+    assert ("batch_size", 8, DROPPED) in got.changed and "batch_size 8 -> (left out)" in got.described()
+    got.write()
+    assert yaml.safe_load((tmp_path / "run" / "cfg.yml").read_text()) == {
+        "base_model": "m", "micro_batch_size": 4, "gradient_accumulation_steps": 2, "output_dir": str(tmp_path / "run" / "output")}
+    monkeypatch.delenv("AXOLOTL_DO_NOT_TRACK", raising=False)
+    assert launcher.environment(cmd, {"PATH": "/usr/bin"})["AXOLOTL_DO_NOT_TRACK"] == "1"
+    assert launcher.notes() == ["AXOLOTL_DO_NOT_TRACK=1 unless set: its usage reporting off for measured runs"]
+    assert launcher.environment(cmd, {"AXOLOTL_DO_NOT_TRACK": "0"})["AXOLOTL_DO_NOT_TRACK"] == "0"
+
+
+def test_a_program_of_another_environment_runs_as_if_it_were_activated(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    env = Flags().environment([str(venv / "bin" / "axolotl"), "train"], {"PATH": f"/usr/bin{os.pathsep}{venv / 'bin'}"})
+    assert env["PATH"].split(os.pathsep) == [str(venv / "bin"), "/usr/bin"] and env["VIRTUAL_ENV"] == str(venv)
+    # this environment's own programs, and programs of no Python environment, are left as they are
+    assert Flags().environment([sys.executable, "t.py"], {"PATH": "/x"}) == {"PATH": "/x"}
+    assert Flags().environment(["/bin/sh"], {"PATH": "/x"}) == {"PATH": "/x"}

@@ -21,6 +21,7 @@ from pathlib import Path
 from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
 from .emit import config_trainer, winning_command, winning_line, write_config
 from .export import steps_csv, summary_csv, summary_json
+from .runner.launch import DROPPED
 from .trial import Trial
 
 
@@ -221,7 +222,7 @@ class Outputs:
                 out["command"] = shlex.join(winning_command(self.cmd, answer.best[0]))
             else:  # a config-file trainer: the keys its config gets
                 _text, changed = trainer.recommended(list(self.cmd), Trial.from_fields(answer.best[0]))
-                out["config_keys"] = {k: new for k, _old, new in changed}
+                out["config_keys"] = {k: (None if new is DROPPED else new) for k, _old, new in changed}
         if self.emit_config:
             out["emitted_config"] = self.emit_config if answer.best else None
         return out

@@ -63,8 +63,17 @@ class TrialCommand:
         return line
 
 
+class _Dropped:
+    def __repr__(self) -> str:
+        return "(left out)"
+
+
+#: a key a config copy leaves out
+DROPPED: Any = _Dropped()
+
+
 def _show(value: Any) -> str:
-    return "(unset)" if value is None else fmt(value)
+    return "(unset)" if value is None else "(left out)" if value is DROPPED else fmt(value)
 
 
 def script_parts(cmd: list[str]) -> tuple[list[str], str, list[str]]:
@@ -122,6 +131,23 @@ class Launcher:
         run: a run never resumes from another's checkpoints; None: a dry run, nothing written)."""
         raise NotImplementedError
 
+    def environment(self, cmd: list[str], env: dict[str, str]) -> dict[str, str]:
+        """``env`` as the command runs in it: a program of another Python environment as if that
+        environment were activated (its ``bin`` first on ``PATH``: what it starts by name, such as
+        axolotl's ``accelerate``, is its own)."""
+        env = dict(env)
+        home = environment_of(cmd)
+        if home is not None:
+            env["PATH"] = os.pathsep.join([os.path.join(home, "bin")] + [p for p in env.get("PATH", "").split(os.pathsep)
+                                                                          if p and p != os.path.join(home, "bin")])
+            if os.path.isfile(os.path.join(home, "pyvenv.cfg")):
+                env["VIRTUAL_ENV"] = home
+        return env
+
+    def notes(self) -> list[str]:
+        """What the runs of this kind of command get that the user did not write (one line each)."""
+        return []
+
 
 class Flags(Launcher):
     """An ``HfArgumentParser``/``TrlParser`` script, alone or after accelerate/torchrun."""
@@ -158,6 +184,11 @@ class Dialect:
     settings: dict[str, Callable[[Any], dict]]
     #: where a command-line override of a key would be (``--key V`` or ``key=V``)
     override: Callable[[str], str]
+    #: keys a copy leaves out, as they would contradict the split (axolotl refuses ``batch_size``
+    #: beside ``gradient_accumulation_steps``)
+    drops: tuple[str, ...] = ()
+    #: environment a measured run gets unless the user set it (name -> (value, why))
+    env: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _same(key: str) -> Callable[[Any], dict]:
@@ -170,7 +201,10 @@ DIALECTS = (
             {"activation_checkpointing": _same("gradient_checkpointing"), "optim": _same("optimizer"),
              "torch_compile": _same("torch_compile"), "dataloader_workers": _same("dataloader_num_workers"),
              "pin_memory": _same("dataloader_pin_memory")},
-            override=lambda arg: arg.split("=", 1)[0].lstrip("-").replace("-", "_") if arg.startswith("--") else ""),
+            override=lambda arg: arg.split("=", 1)[0].lstrip("-").replace("-", "_") if arg.startswith("--") else "",
+            drops=("batch_size",),
+            # offline, its usage reporting holds the process open for minutes after training
+            env={"AXOLOTL_DO_NOT_TRACK": ("1", "its usage reporting off for measured runs")}),
     Dialect("LLaMA-Factory", ("llamafactory-cli", "lmf", "llamafactory.cli", "llamafactory.launcher"),
             ("per_device_train_batch_size", "gradient_accumulation_steps"),
             {"activation_checkpointing": lambda v: {"disable_gradient_checkpointing": not v},
@@ -219,12 +253,24 @@ class ConfigFile(Launcher):
             raise ConfigError("sweep", f"{path} does not hold a mapping of keys", f"give the {self.name} config file")
         return path, text, data
 
-    def keys(self, trial: Trial) -> dict[str, Any]:
+    def keys(self, trial: Trial, data: dict) -> dict[str, Any]:
+        """The keys a copy sets for ``trial`` (:data:`DROPPED`: left out of the copy)."""
         d = self.dialect
         out: dict[str, Any] = {d.split[0]: trial.micro_batch, d.split[1]: trial.grad_accum}
         for name, value in trial.settings_dict.items():
             out.update(d.settings[name](value))
+        out.update({key: DROPPED for key in d.drops if key in data})
         return out
+
+    def environment(self, cmd: list[str], env: dict[str, str]) -> dict[str, str]:
+        env = super().environment(cmd, env)
+        for name, (value, _why) in self.dialect.env.items():
+            env.setdefault(name, value)
+        return env
+
+    def notes(self) -> list[str]:
+        return [f"{name}={value} unless set: {why}" for name, (value, why) in self.dialect.env.items()
+                if name not in os.environ]
 
     def check(self, cmd: list[str], varied: dict) -> None:
         for name in varied:
@@ -242,9 +288,9 @@ class ConfigFile(Launcher):
 
     def trial_command(self, cmd: list[str], trial: Trial, folder: Path | None = None) -> TrialCommand:
         path, text, data = self._source(cmd)
-        changes = self.keys(trial)
-        if folder is not None:  # a measurement's checkpoints go to the run's folder, never the user's
-            changes["output_dir"] = str((folder / "output").resolve())
+        changes = self.keys(trial, data)
+        # a measurement's checkpoints go to the run's folder, never the user's
+        changes["output_dir"] = str((folder / "output").resolve()) if folder is not None else "{the run's folder}/output"
         changed = [(k, data.get(k), v) for k, v in changes.items() if data.get(k) != v]
         argv = list(cmd)
         if folder is None:  # a dry run: nothing written
@@ -257,7 +303,7 @@ class ConfigFile(Launcher):
     def recommended(self, cmd: list[str], trial: Trial) -> tuple[str, list[tuple[str, Any, Any]]]:
         """The user's config with ``trial``'s keys: the file a recommendation hands over."""
         path, text, data = self._source(cmd)
-        changes = self.keys(trial)
+        changes = self.keys(trial, data)
         return with_keys(text, data, changes), [(k, data.get(k), v) for k, v in changes.items() if data.get(k) != v]
 
 
@@ -279,7 +325,11 @@ def with_keys(text: str, data: dict, changes: dict[str, Any]) -> str:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    for key, value in changes.items():
+    for key in [k for k, v in changes.items() if v is DROPPED]:
+        pattern = re.compile(rf"^{re.escape(key)}\s*:\s*[^\s#][^#\n]*(#.*)?$")
+        lines = [line for line in lines if not pattern.match(line.rstrip("\n"))]
+    expected = {k: v for k, v in {**data, **changes}.items() if v is not DROPPED}
+    for key, value in ((k, v) for k, v in changes.items() if v is not DROPPED):
         pattern = re.compile(rf"^{re.escape(key)}\s*:(?P<rest>[^#\n]*)(?P<comment>#.*)?$")
         for i, line in enumerate(lines):
             m = pattern.match(line.rstrip("\n"))
@@ -291,11 +341,11 @@ def with_keys(text: str, data: dict, changes: dict[str, Any]) -> str:
             lines.append(f"{key}: {_yaml_scalar(value)}\n")
     out = "".join(lines)
     try:
-        if yaml.safe_load(out) == {**data, **changes}:
+        if yaml.safe_load(out) == expected:
             return out
     except yaml.YAMLError:
         pass
-    return yaml.safe_dump({**data, **changes}, sort_keys=False)
+    return yaml.safe_dump(expected, sort_keys=False)
 
 
 def launcher_for(cmd: list[str]) -> Launcher:
@@ -331,6 +381,20 @@ def _prefix(python: str) -> str:
     if os.path.isfile(os.path.join(here, "pyvenv.cfg")):
         return here
     return os.path.dirname(os.path.dirname(os.path.realpath(python)))
+
+
+def environment_of(cmd: list[str]) -> str | None:
+    """The folder of the Python environment (a virtual environment, a conda environment) whose
+    ``bin`` holds ``cmd``'s program, when it is not tracetui's own; else None."""
+    if not cmd:
+        return None
+    program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0])
+    if not program:
+        return None
+    home = os.path.dirname(os.path.dirname(os.path.abspath(program)))
+    if not any(os.path.exists(os.path.join(home, m)) for m in ("pyvenv.cfg", "conda-meta")):
+        return None
+    return None if os.path.abspath(home) == os.path.abspath(sys.prefix) else home
 
 
 def _this_interpreter(python: str | None) -> bool:

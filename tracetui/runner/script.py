@@ -28,7 +28,7 @@ from ..plan import Planner, RunSpec
 from ..store import EventLog
 from ..trial import Trial
 from . import forkrun
-from .launch import (SPLIT_FLAGS, ForkTarget, TrialCommand, fork_target, launcher_for, world_size)
+from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, environment_of, fork_target, launcher_for, world_size
 from .lifetime import (OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context)
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
@@ -96,14 +96,17 @@ def how_runs_start(cmd: list[str], fresh: bool = False) -> tuple[ForkTarget | No
 
 def start_line(cmd: list[str], fork: ForkTarget | None, why: str) -> str:
     """One line on how a script sweep's runs start, and over how many processes."""
+    home = environment_of(cmd)
     if fork is not None:
         line = "each run starts forked from tracetui's server (the libraries imported once; --fresh: not)"
+    elif home is not None:
+        line = f"each run starts as a fresh process in the Python environment {home} (as if activated)"
     else:
         line = f"each run starts as a fresh process ({why})"
     processes, said = world_size(cmd)
     if processes > 1:
         line += f"; {processes} training processes per run ({said}): the split is per process"
-    return line
+    return "; ".join([line, *launcher_for(cmd).notes()])
 
 
 def script_command(cmd: list[str], t: Trial) -> list[str]:
@@ -170,6 +173,7 @@ class ScriptSweep(SweepBase):
                        TRACETUI_REFERENCES=json.dumps(refs))
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
+        env = self.launcher.environment(self.cmd, env)
         name = spec.run_id.split("/", 1)[1].replace("#", "_r")
         log_path = self.dir / (name + ".log")
         command = self.trial_command(spec, self.dir / name)

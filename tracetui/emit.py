@@ -34,6 +34,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Collection
 
+import yaml
+
 from .analysis import sft_arguments
 from .config import DATA_SUFFIXES, SweepConfig, dataset_kind, model_kind
 from .knobs import model_args
@@ -142,8 +144,6 @@ def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple
     them: field -> value for every field given (a ``--config FILE`` first, as ``TrlParser`` reads
     it, the flags over it), and what the parser could not read: ``(arguments, why)`` each.
     ``parser`` is changed (its defaults removed): give a fresh one (:func:`trl_parser`)."""
-    import yaml
-
     for action in parser._actions:  # only what is given comes back: no defaults, nothing required
         if action.dest != "help":
             action.default, action.required = argparse.SUPPRESS, False
@@ -375,8 +375,6 @@ def _write_whole(path: str, text: str) -> None:
 def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
     """Write :func:`trl_config`'s file to ``path`` (the notes as comments at its top) and return
     the notes (see :func:`_write_whole`)."""
-    import yaml
-
     data, notes = trl_config(row, cfg, cmd, path=path)
     text = "".join(f"# {' '.join(n.splitlines())}\n" for n in notes)
     text += yaml.safe_dump(data, sort_keys=False)

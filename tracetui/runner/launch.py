@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from ..config import ConfigError
 from ..knobs import KNOBS, fmt, script_args
 from ..trial import Trial
@@ -235,8 +237,6 @@ class ConfigFile(Launcher):
         self.name = dialect.name
 
     def _source(self, cmd: list[str]) -> tuple[Path, str, dict]:
-        import yaml
-
         path = Path(cmd[self.index])
         try:
             text = path.read_text(encoding="utf-8")
@@ -320,8 +320,6 @@ def with_keys(text: str, data: dict, changes: dict[str, Any]) -> str:
     line rewritten in place where it holds a plain value (comments and order kept, so that the
     copy reads as the user's file), added at the end where it is missing; the whole file written
     out again only where a line cannot be rewritten (a key set to a nested block)."""
-    import yaml
-
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"

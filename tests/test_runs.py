@@ -59,24 +59,11 @@ def test_local_model_directory_and_jsonl_text(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_unreachable_hub_ids_are_config_errors(tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    cases = {"--model": "nobody/no-such-model", "--dataset": "nobody/no-such-data"}
-    # both at once, each a real `python -m tracetui`
-    procs = {}
-    for flag, name in cases.items():
-        args = cli_args(["--export", "csv", flag, name, "--runs-dir", tmp_path / flag[2:]])
-        procs[flag] = subprocess.Popen([sys.executable, "-m", "tracetui", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        for flag, proc in procs.items():
-            _, err = proc.communicate(timeout=300)
-            assert proc.returncode == 2 and f"{flag}: cannot load '{cases[flag]}'" in err, err
-            assert "Traceback" not in err
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    # (this process runs with HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1: tests/conftest.py)
+    for flag, name in {"--model": "nobody/no-such-model", "--dataset": "nobody/no-such-data"}.items():
+        proc = run_main("--export", "csv", flag, name, "--runs-dir", tmp_path / flag[2:])
+        assert proc.returncode == 2 and f"{flag}: cannot load '{name}'" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow

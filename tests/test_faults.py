@@ -406,7 +406,7 @@ def _trial_killed_by_a_signal(folder: Path) -> dict:
 def _fork_server_killed(folder: Path, warmup: int) -> dict:
     """A sweep of three splits whose fork server is SIGKILLed once three steps are measured."""
     runs, out = folder / "runs", folder / "out.csv"
-    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 60, "--warmup", warmup,
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 30, "--warmup", warmup,
                    "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
     try:
         _wait(lambda: sum(e["type"] == "step" and not e["warmup"] for e in _events(runs)) >= 3

@@ -242,6 +242,6 @@ def cpu_oom_sweep(tmp_path_factory):
     tokens a row while 1x16 can. Two warm-up steps: 1x16 starts beside 16x1 (a head start)."""
     d = tmp_path_factory.mktemp("oom")
     out = d / "s.json"
-    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 4, "--warmup", 2, "--seq-len", 512,
+    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 3, "--warmup", 2, "--seq-len", 512,
                     "--memory-limit", 2.6, "--runs-dir", d / "runs", "--export", "json", "-o", out)
     return dict(proc=proc, out=out, runs=d / "runs")

@@ -23,7 +23,7 @@ import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, held_import, kill_left, outcome, read_csv, run_main, side_by_side, wait_until
+from .conftest import ROOT, held_import, kill_left, outcome, read_csv, side_by_side, wait_until
 
 TINY = ["--steps", 200, "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--effective-batch", 4]
 
@@ -327,13 +327,15 @@ def _stopped_while_the_worker_imports_trl(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def stopped_sweeps(tmp_path_factory):
     """The sweeps the tests below stop, run side by side: each a real tracetui with a real
-    worker, and nothing they check depends on how busy the machine is."""
+    worker, and nothing they check depends on how busy the machine is (the stalled one's limit
+    is checked to within its grace: its steps take a fraction of a second here)."""
     return side_by_side(tmp_path_factory, {
         ("headless", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
         ("monitor", signal.SIGTERM): lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
         ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
         ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
         "importing trl": _stopped_while_the_worker_imports_trl,
+        "stalled": _stalled,  # (its limit is checked both ways: a wait, spent here beside the others)
     })
 
 
@@ -406,43 +408,38 @@ def test_watch_monitor_stopped_by_sigterm_writes_and_restores(tmp_path):
 STALL = 15
 
 
-@pytest.mark.slow
-def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
-    """A worker stopped (SIGSTOP) after its second step: the sweep (run here in this process; the
-    worker is a real spawned trial) reports it ``stalled`` once the limit has passed, stops it,
-    and goes on to the next split."""
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    done, seen = threading.Event(), {}
-
-    def stop_a_worker():  # beside the sweep, as a debugger or a hung call would
-        try:
-            wait_until(lambda: _worker(runs, 2) is not None or done.is_set(), 180)
-            if done.is_set():
-                return
-            seen["pid"] = _worker(runs)
-            os.kill(seen["pid"], signal.SIGSTOP)
-            seen["t"] = time.time()
-            if not done.wait(180):  # the old code waited on it forever: end it, and fail below
-                seen["hung"] = True
-                os.kill(seen["pid"], signal.SIGKILL)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
-            seen["error"] = exc
-
-    stopper = threading.Thread(target=stop_a_worker, daemon=True)
-    stopper.start()
+def _stalled(folder: Path) -> dict:
+    """A sweep whose first split's worker is stopped (SIGSTOP) once it has measured two steps, as a
+    debugger or a hung call would stop it."""
+    runs, out = folder / "runs", folder / "out.csv"
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
+                   "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs], folder)
+    got = dict(runs=runs, out=out)
     try:
-        proc = run_main("--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
-                        "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs, cwd=tmp_path)
+        wait_until(lambda: _worker(runs, 2) is not None or proc.poll() is not None, 180)
+        if proc.poll() is None:
+            got["pid"] = _worker(runs)
+            os.kill(got["pid"], signal.SIGSTOP)
+            got["t"] = time.time()
+        _, got["err"] = proc.communicate(timeout=180)  # (the old code waited on the stopped worker forever)
+        got["worker_left"] = "pid" in got and _alive(got["pid"])
     finally:
-        done.set()
-        stopper.join(10)
-        if "pid" in seen and _alive(seen["pid"]):
-            os.kill(seen["pid"], signal.SIGKILL)
-    err = proc.stderr
-    assert "error" not in seen and "hung" not in seen, seen
-    assert "t" in seen, f"the first split finished before its worker could be stopped: {err}"
-    worker, stopped_at = seen["pid"], seen["t"]
-    assert proc.returncode == 1, err  # a run stalled: the sweep went on, but not cleanly
+        if "pid" in got and _alive(got["pid"]):
+            os.kill(got["pid"], signal.SIGKILL)
+        kill_left(proc)
+    got["code"] = proc.returncode
+    return got
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(stopped_sweeps):
+    """A worker stopped (SIGSTOP) after its second step: the sweep reports it ``stalled`` once the
+    limit has passed, stops it, and goes on to the next split."""
+    got = outcome(stopped_sweeps, "stalled")
+    err, runs = got["err"], got["runs"]
+    assert "t" in got, f"the first split finished before its worker could be stopped: {err}"
+    stopped_at = got["t"]
+    assert got["code"] == 1, err  # a run stalled: the sweep went on, but not cleanly
     ev = _events(runs)
     failed = [e for e in ev if e["type"] == "run_failed"]
     assert [e["kind"] for e in failed] == ["stalled"]
@@ -450,11 +447,11 @@ def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
     assert STALL <= failed[0]["t"] - stopped_at < STALL + 10 + 5  # noticed after the limit; stopped within the grace
     measured = [e for e in ev if e["type"] == "step" and e["run_id"] == failed[0]["run_id"]]
     assert len(measured) >= 2 and max(e["t"] for e in measured) < stopped_at  # not the step the stop cut through
-    rows = {r["split"]: r for r in read_csv(out)}
+    rows = {r["split"]: r for r in read_csv(got["out"])}
     assert rows["1x4"]["status"] == "stalled" and rows["4x1"]["status"] == "ok"
     assert int(rows["1x4"]["steps_measured"]) == len(measured) - 1
     assert "1x4: stalled: no progress for" in err
-    assert not _alive(worker)
+    assert not got["worker_left"]
 
 
 # ---- signals that come at bad moments ---------------------------------------------------------------

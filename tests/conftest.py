@@ -157,28 +157,72 @@ async def pilot_until(pilot, predicate, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
 
 
-def side_by_side(tmp_path_factory, scenarios: dict) -> dict:
-    """Run each scenario (a function of a fresh folder) in a thread of its own, all at once, and
-    return what each returned, or the exception it raised, by name (:func:`outcome` raises it in
-    the test that reads it). For scenarios of real processes that spend their time starting up
-    and waiting for each other (a sweep, then a signal to it): side by side they share the
-    machine's two cores instead of queueing for one. Only for scenarios whose checks do not
-    depend on how busy the machine is: no verdicts, no timings."""
-    folders = {name: tmp_path_factory.mktemp(f"side{i}") for i, name in enumerate(scenarios)}
+def side_by_side(tmp_path_factory, scenarios: dict, most: int | None = None) -> dict:
+    """Run each scenario (a function of a fresh folder), ``most`` at a time (all at once if None),
+    in the order given, each in a thread, and return what each returned, or the exception it
+    raised, by name (:func:`outcome` raises it in the test that reads it). For scenarios of real
+    processes that spend their time starting up and waiting for each other (a sweep, then a
+    signal to it): side by side they share the machine's two cores instead of queueing for one.
+    Only for scenarios whose checks do not depend on how busy the machine is: no verdicts, no
+    timings."""
+    names = list(scenarios)
+    folders = {name: tmp_path_factory.mktemp(f"side{i}") for i, name in enumerate(names)}
     results: dict = {}
+    queue = list(reversed(names))
+    lock = threading.Lock()
 
-    def run(name):
-        try:
-            results[name] = scenarios[name](folders[name])
-        except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
-            results[name] = exc
+    def work():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                name = queue.pop()
+            try:
+                results[name] = scenarios[name](folders[name])
+            except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
+                results[name] = exc
 
-    threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in scenarios]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(most or len(names), len(names)))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return results
+
+
+#: the scenarios of real processes of each test module that has some (see :func:`scenarios`)
+_SCENARIOS: dict[str, dict] = {}
+#: how many of them run at once: they start interpreters, fork servers and trials (each set a GB
+#: or two of memory), and two cores are kept busy by a few
+SCENARIOS_AT_ONCE = 6
+
+
+def scenarios(module: str, table: dict, first=()) -> dict:
+    """A test module's scenarios: functions of a fresh folder that start real processes (a sweep,
+    a script, a watcher) and return what they saw, for its tests to check. Every module's that the
+    session tests run side by side, :data:`SCENARIOS_AT_ONCE` at a time, those named in ``first``
+    (the longest) before the rest (:func:`scenario_results`): what one group of them leaves of the
+    two cores, another's take. Only for scenarios whose checks do not depend on how busy the
+    machine is."""
+    _SCENARIOS[module] = {"first": [k for k in first], "table": table}
+    return table
+
+
+@pytest.fixture(scope="session")
+def scenario_results(request, tmp_path_factory) -> dict:
+    """What each scenario of every module under test returned, by module, then by name: run once,
+    when a test first asks, for every selected test that reads them."""
+    wanted = sorted({item.module.__name__ for item in request.session.items
+                     if "scenario_results" in getattr(item, "fixturenames", ())})
+    registered = [(m, _SCENARIOS[m]) for m in wanted if m in _SCENARIOS]
+    order = [(m, k) for m, r in registered for k in r["first"]]
+    order += [(m, k) for m, r in registered for k in r["table"] if (m, k) not in order]
+    tables = dict(registered)
+    got = side_by_side(tmp_path_factory, {(m, k): tables[m]["table"][k] for m, k in order}, most=SCENARIOS_AT_ONCE)
+    by_module: dict = {}
+    for (m, k), v in got.items():
+        by_module.setdefault(m, {})[k] = v
+    return by_module
 
 
 def outcome(results: dict, name):

@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, run_main, side_by_side
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, run_main, scenarios
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -80,14 +80,11 @@ def _listener_killed_mid_run(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def scripts(tmp_path_factory):
-    """The example script's runs below (and the script sweeps of test_a_script_...), side by
-    side: each real processes that spend their time starting up, and nothing they check
-    depends on how busy the machine is."""
-    return side_by_side(tmp_path_factory, {"watched": _script_reports_to_watch,
-                                           "listener killed": _listener_killed_mid_run,
-                                           "search": _script_sweep_searching,
-                                           "trains twice": _script_that_trains_twice})
+def scripts(scenario_results):
+    """The example script's runs above (and the script sweeps of test_a_script_... below), as
+    the session ran them: side by side, real processes that spend their time starting up, and
+    nothing they check depends on how busy the machine is."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow
@@ -301,3 +298,7 @@ def test_a_script_that_trains_twice_is_measured_once(scripts):
     notices = [e["message"] for e in events if e["type"] == "notice" and "trained again" in e.get("message", "")]
     assert len(notices) == 1 and "only the first is measured" in notices[0]
     assert "both stages done" in next(runs.glob("*/4x1*.log")).read_text()
+
+
+scenarios(__name__, {"watched": _script_reports_to_watch, "listener killed": _listener_killed_mid_run,
+                     "search": _script_sweep_searching, "trains twice": _script_that_trains_twice}, first=["search"])

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tracetui.cli import main
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, side_by_side
+from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, scenarios
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -421,14 +421,18 @@ def _fork_server_killed(folder: Path, warmup: int) -> dict:
     return dict(code=proc.returncode, err=err, servers=servers, runs=runs, out=out)
 
 
+SCENARIOS = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
+             signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
+             "trial killed": _trial_killed_by_a_signal}
+if sys.platform.startswith("linux"):  # (the fork server is Linux's)
+    SCENARIOS.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (3, 1)})
+scenarios(__name__, SCENARIOS, first=[k for k in SCENARIOS if isinstance(k, tuple)])
+
+
 @pytest.fixture(scope="module")
-def faulted_sweeps(tmp_path_factory):
-    scenarios = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
-                 signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
-                 "trial killed": _trial_killed_by_a_signal}
-    if sys.platform.startswith("linux"):  # (the fork server is Linux's)
-        scenarios.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (1, 3)})
-    return side_by_side(tmp_path_factory, scenarios)
+def faulted_sweeps(scenario_results):
+    """The sweeps above, as the session ran them (beside the other modules' scenarios)."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow

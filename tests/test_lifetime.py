@@ -23,7 +23,7 @@ import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, held_import, kill_left, outcome, read_csv, side_by_side, wait_until
+from .conftest import ROOT, held_import, kill_left, outcome, read_csv, scenarios, wait_until
 
 TINY = ["--steps", 200, "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--effective-batch", 4]
 
@@ -95,11 +95,11 @@ def _second_sweep_on_the_same_output(folder: Path, start: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def same_output_sweeps(tmp_path_factory):
-    """Both starts' pairs of sweeps, side by side: each a real tracetui with a real worker, and
-    nothing checked depends on how busy the machine is."""
-    return side_by_side(tmp_path_factory, {s: lambda d, s=s: _second_sweep_on_the_same_output(d, s)
-                                           for s in ("spawn", "forkserver")})
+def same_output_sweeps(scenario_results):
+    """Both starts' pairs of sweeps, as the session ran them: side by side, each a real tracetui
+    with a real worker, and nothing checked depends on how busy the machine is."""
+    return {key[1]: got for key, got in scenario_results[__name__].items()
+            if isinstance(key, tuple) and key[0] == "same output"}
 
 
 @pytest.mark.slow
@@ -325,18 +325,11 @@ def _stopped_while_the_worker_imports_trl(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def stopped_sweeps(tmp_path_factory):
-    """The sweeps the tests below stop, run side by side: each a real tracetui with a real
-    worker, and nothing they check depends on how busy the machine is (the stalled one's limit
-    is checked to within its grace: its steps take a fraction of a second here)."""
-    return side_by_side(tmp_path_factory, {
-        ("headless", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
-        ("monitor", signal.SIGTERM): lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
-        ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
-        ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
-        "importing trl": _stopped_while_the_worker_imports_trl,
-        "stalled": _stalled,  # (its limit is checked both ways: a wait, spent here beside the others)
-    })
+def stopped_sweeps(scenario_results):
+    """The sweeps the tests below stop, as the session ran them: side by side, each a real
+    tracetui with a real worker, and nothing they check depends on how busy the machine is (the
+    stalled one's limit is checked to within its grace: its steps take a fraction of a second)."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow
@@ -658,3 +651,15 @@ def test_a_hung_up_terminal_is_read_as_such():
     assert _terminal_hung_up([panic_of(eio)])
     assert not _terminal_hung_up([panic_of(key_error_while_handling_eio)])
     assert not _terminal_hung_up([panic_of(ebadf), "text"])
+
+
+scenarios(__name__, {
+    "stalled": _stalled,  # (its limit is a wait, spent beside the others)
+    ("headless", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
+    ("monitor", signal.SIGTERM): lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
+    ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
+    ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
+    "importing trl": _stopped_while_the_worker_imports_trl,
+    **{("same output", start): lambda d, start=start: _second_sweep_on_the_same_output(d, start)
+       for start in ("spawn", "forkserver")},
+}, first=["stalled"])

@@ -228,29 +228,33 @@ def test_show_skips_and_counts_bad_lines(tmp_path):
     assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
 
 
-@pytest.mark.slow
-def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
-    """Piped or from cron, without --export: a one-line error, nothing started or left behind
-    (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""
-    runs = tmp_path / "runs"
+def _without_a_terminal(folder: Path) -> dict:
+    """Four commands that would start the monitor (each a real ``python -m tracetui`` whose
+    stdout is a pipe), all at once; what each said."""
+    runs = folder / "runs"
     commands = (["show", DATA], ["--steps", 4, "--warmup", 1, "--runs-dir", runs], ["watch", "--runs-dir", runs],
                 ["sweep", "--runs-dir", runs, "--", sys.executable, "-c", "pass"])
-    # the four at once (each is a real `python -m tracetui` whose stdout is a pipe), then each read
     procs = [subprocess.Popen([sys.executable, "-m", "tracetui", *cli_args(args)], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONUNBUFFERED="1")) for args in commands]
     try:
-        for args, proc in zip(commands, procs):
-            _, err = proc.communicate(timeout=60)
-            assert proc.returncode == 2, (args, err)
-            assert err.strip().splitlines() == [
-                "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
-                "add --export csv (or json) to run without it"]
+        said = [(args, proc.communicate(timeout=60)[1], proc.returncode) for args, proc in zip(commands, procs)]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_left(*procs)
+    return dict(said=said, runs=runs)
+
+
+@pytest.mark.slow
+def test_monitor_without_a_terminal_says_so_at_once(faulted_sweeps):
+    """Piped or from cron, without --export: a one-line error, nothing started or left behind
+    (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""
+    got = outcome(faulted_sweeps, "no terminal")
+    for args, err, code in got["said"]:
+        assert code == 2, (args, err)
+        assert err.strip().splitlines() == [
+            "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
+            "add --export csv (or json) to run without it"]
+    runs = got["runs"]
     assert not (runs.exists() and any(runs.glob("*/*.log")))  # no worker ever started
 
 
@@ -423,7 +427,7 @@ def _fork_server_killed(folder: Path, warmup: int) -> dict:
 
 SCENARIOS = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
              signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
-             "trial killed": _trial_killed_by_a_signal}
+             "trial killed": _trial_killed_by_a_signal, "no terminal": _without_a_terminal}
 if sys.platform.startswith("linux"):  # (the fork server is Linux's)
     SCENARIOS.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (3, 1)})
 scenarios(__name__, SCENARIOS, first=[k for k in SCENARIOS if isinstance(k, tuple)])

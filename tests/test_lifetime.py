@@ -449,20 +449,17 @@ def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(stopped_swee
 
 # ---- signals that come at bad moments ---------------------------------------------------------------
 
-@pytest.mark.slow
-def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
-    """Ctrl-C, then Ctrl-C again every 50 ms until tracetui has gone: it used to print a
-    KeyboardInterrupt traceback from finish_outputs, once in six tries, and write no CSV (four tries
-    here: each is a real sweep, the four side by side)."""
+def _ctrl_c_twice(folder: Path) -> list[tuple]:
+    """Four real sweeps, each sent Ctrl-C once its run's worker is up (its log exists: a Ctrl-C
+    before that stops a sweep that has nothing to report as interrupted), then again and again
+    every 50 ms until it has gone; what each said and left."""
     tries = []
     try:
         for n in range(4):
-            runs, out = tmp_path / f"runs{n}", tmp_path / f"out{n}.csv"
+            runs, out = folder / f"runs{n}", folder / f"out{n}.csv"
             proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
-                           "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
+                           "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
             tries.append((runs, out, proc))
-        # each, once its run's worker is up (its log exists): a Ctrl-C before that stops a sweep that
-        # has nothing to report as interrupted; then again and again until it has gone
         pressed = set()
         t0 = time.monotonic()
         while any(proc.poll() is None for _, _, proc in tries):
@@ -472,18 +469,25 @@ def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
                     os.killpg(proc.pid, signal.SIGINT)
             assert time.monotonic() - t0 < 180, f"timed out; pressed in {sorted(pressed)}"
             time.sleep(0.05)  # the fault itself: a second Ctrl-C 50 ms later, and another ...
-        for n, (runs, out, proc) in enumerate(tries):
-            _, err = proc.communicate(timeout=60)
-            assert proc.returncode == 130, (n, err)
-            assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
-            assert "tracetui: interrupted by SIGINT" in err, (n, err)
-            assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
-            assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
+        return [(proc.returncode, proc.communicate(timeout=60)[1], runs, out) for runs, out, proc in tries]
     finally:
         for _, _, proc in tries:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.mark.slow
+def test_two_quick_ctrl_c_never_lose_the_csv(stopped_sweeps):
+    """Ctrl-C, then Ctrl-C again every 50 ms until tracetui has gone: it used to print a
+    KeyboardInterrupt traceback from finish_outputs, once in six tries, and write no CSV (four tries
+    here: each is a real sweep, the four side by side)."""
+    for n, (code, err, runs, out) in enumerate(outcome(stopped_sweeps, "ctrl-c twice")):
+        assert code == 130, (n, err)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
+        assert "tracetui: interrupted by SIGINT" in err, (n, err)
+        assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
+        assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
 
 
 def test_watch_export_stops_and_writes_on_an_ssh_drop(tmp_path):
@@ -660,6 +664,7 @@ scenarios(__name__, {
     ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
     ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
     "importing trl": _stopped_while_the_worker_imports_trl,
+    "ctrl-c twice": _ctrl_c_twice,
     **{("same output", start): lambda d, start=start: _second_sweep_on_the_same_output(d, start)
        for start in ("spawn", "forkserver")},
 }, first=["stalled"])

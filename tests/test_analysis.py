@@ -167,10 +167,14 @@ def test_until_confident_later_splits_stop_once_settled(until_confident_sweep):
     from tracetui.analysis import StopRule, settle_interval
 
     events = read_events(list(got["runs"].glob("*/events.jsonl"))).events
-    walls = {s: [e["wall_ms"] for e in events if e["type"] == "step" and e["run_id"].endswith("/" + s)
-                 and not e["warmup"]] for s in ("4x1", "1x4")}
-    rule = StopRule(0.01, 6, [settle_interval(walls["4x1"])])
-    stop_at = next((k for k in range(1, len(walls["1x4"]) + 1) if rule(walls["1x4"][:k])), None)
+    steps = {s: [(e["step"], e.get("fingerprint"), e["wall_ms"]) for e in events if e["type"] == "step"
+                 and e["run_id"].endswith("/" + s) and not e["warmup"]] for s in ("4x1", "1x4")}
+    walls = {s: [w for _, _, w in steps[s]] for s in steps}
+    # the reference as the sweep hands it: 4x1's interval and its steps (their rows' fingerprints
+    # agree with 1x4's step by step, so the rule compares them step by step)
+    assert all(fp for _, fp, _ in steps["4x1"] + steps["1x4"])
+    rule = StopRule(0.01, 6, [(*settle_interval(walls["4x1"]), steps["4x1"])])
+    stop_at = next((k for k in range(1, len(walls["1x4"]) + 1) if rule(walls["1x4"][:k], steps["1x4"][:k])), None)
     measured = rows["1x4"]["steps_measured"]
     if stop_at is None or stop_at >= cap - 1:  # never settled, or only as the cap came
         assert measured == cap

@@ -116,6 +116,20 @@ def test_error_names_field():
     assert exc.value.field == "--warmup"
 
 
+def test_splits_without_an_effective_batch_set_it():
+    """``--splits 1x8,8x1`` alone compares at 8 (the splits' own), two products give two."""
+    from tracetui.cli import build_parser
+    from tracetui.config import from_args
+
+    def effective(*argv):
+        return from_args(build_parser().parse_args(list(argv))).effective_batch
+
+    assert effective("--splits", "1x8,8x1") == [8]
+    assert effective("--splits", "1x8,2x2,8x1") == [8, 4]
+    assert effective("--splits", "1x8,8x1", "--effective-batch", "8,16") == [8, 16]
+    assert effective() == [4]  # no splits given: the default
+
+
 def test_cli_subprocess_no_traceback():
     proc = run_cli("--export", "csv", "--splits", "3x3", "--effective-batch", "4")
     assert proc.returncode == 2
@@ -187,3 +201,9 @@ def test_a_model_path_with_a_tilde_is_named_and_spelt_out(capsys, monkeypatch, t
     code, err = _err(capsys, "--dry-run", "--model", "~/mdl")
     assert code == 2 and err == (f"tracetui: error: --model: ~/mdl: a ~ in a quoted path is not expanded; "
                                  f"give it as {tmp_path / 'mdl'}\n")
+
+
+def test_subcommand_help_prints_help():
+    for sub in ("sweep", "run"):
+        proc = run_cli(sub, "--help")
+        assert proc.returncode == 0 and f"usage: tracetui {sub}" in proc.stdout, proc.stderr

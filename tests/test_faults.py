@@ -54,39 +54,6 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_run_beside_a_repeat_that_finished_is_said_and_not_pooled(tmp_path):
-    """One run of a split SIGKILLed mid-run, its repeat finished: the row is ok on the one run
-    that finished, its steps alone; it says a run crashed (the CSV and the closing lines), and
-    the command exits 1."""
-    runs = tmp_path / "runs"
-    args = ["--export", "csv", "-o", tmp_path / "out.csv", "--effective-batch", 2, "--splits", "1x2,2x1",
-            "--steps", 12, "--warmup", 1, "--seq-len", 32, "--repeats", 2, "--runs-dir", runs, "--allow-busy"]
-
-    def victim():
-        ev = _events(runs)
-        started = [e for e in ev if e["type"] == "run_started" and e["run_id"].endswith("1x2#1")]
-        steps = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2#1")]
-        return started[0]["pid"] if started and len(steps) >= 4 else None
-
-    killer = threading.Thread(target=lambda: (_wait(lambda: victim() is not None), os.kill(victim(), signal.SIGKILL)),
-                              daemon=True)
-    killer.start()
-    proc = run_main(*args)
-    killer.join(10)
-    assert proc.returncode == 1, proc.stderr
-    ev = _events(runs)
-    assert [e["run_id"].split("/")[-1] for e in ev if e["type"] == "run_failed"] == ["1x2#1"]
-    kept = [e for e in ev if e["type"] == "step" and e["run_id"].endswith("1x2#2") and not e["warmup"]]
-    row = {r["split"]: r for r in read_csv(tmp_path / "out.csv")}["1x2"]
-    assert row["status"] == "ok" and row["runs"] == "1" and row["runs_failed"] == "1", row
-    assert int(row["steps_measured"]) == len(kept) == 11  # the killed run's steps are not pooled
-    assert "crashed in 1 of 2 runs (1x2#1: killed by SIGKILL" in row["message"]
-    assert "its steps are not pooled" in row["message"]
-    closing = [line for line in proc.stderr.splitlines() if line.startswith("tracetui: warning: 1x2: crashed in 1 of 2")]
-    assert len(closing) == 1, proc.stderr[-3000:]
-
-
-@pytest.mark.slow
 def test_worker_sigkill_mid_run_headless(tmp_path):
     """A worker SIGKILLed after its third step: its run is ``crashed`` (noticed within seconds,
     the signal named), every step it measured before the kill is on disk and in the outputs,
@@ -277,7 +244,7 @@ def test_unwritable_places_refused_up_front(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["--export", "csv", "--runs-dir", str(blocker / "runs")]) == 2
-    assert "--runs-dir: cannot create" in capsys.readouterr().err
+    assert f"--runs-dir: {blocker / 'runs'} is inside a file, not a folder" in capsys.readouterr().err
 
 
 class _FlakyNvml:

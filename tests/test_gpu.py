@@ -19,7 +19,7 @@ class TinyLM(torch.nn.Module):
         self.head = torch.nn.Linear(dim, vocab)
         self.emb.weight.requires_grad_(False)
 
-    def forward(self, input_ids=None, attention_mask=None):
+    def forward(self, input_ids=None, attention_mask=None, labels=None):
         h = self.emb(input_ids)
         h = torch.relu(self.l1(h))
         h = torch.relu(self.l2(h))
@@ -36,6 +36,7 @@ def _drive(probe, model, steps, ga, mb, seq=64):
     gen = torch.Generator(device="cuda").manual_seed(0)
     batches = [torch.randint(0, 512, (mb, seq), device="cuda", generator=gen) for _ in range(steps * ga)]
     masks = torch.ones(mb, seq, device="cuda", dtype=torch.long)
+    masks[: mb // 2, seq // 2:] = 0  # half the rows padded to twice their length: ragged
     probe.on_train_begin(args, state, control, model=model)
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -43,7 +44,8 @@ def _drive(probe, model, steps, ga, mb, seq=64):
             probe.on_step_begin(args, state, control)
             for i in range(ga):
                 ids = batches[s * ga + i]
-                out = model(input_ids=ids, attention_mask=masks)
+                # what a step trained on is read on the device too (row fingerprint, scored labels)
+                out = model(input_ids=ids, attention_mask=masks, labels=ids.masked_fill(masks == 0, -100))
                 loss = torch.nn.functional.cross_entropy(out["logits"].flatten(0, 1), ids.flatten()) / ga
                 loss.backward()
                 probe.add_loss(loss)
@@ -73,9 +75,12 @@ def test_probe_adds_no_sync():
         assert all(x > 0 for x in e["forward_ms"] + e["backward_ms"])
         parts = e["data_ms"] + sum(e["forward_ms"]) + sum(e["backward_ms"]) + e["optimizer_ms"] + e["other_ms"]
         assert parts == pytest.approx(e["wall_ms"], rel=1e-3)
-        assert e["tokens"] == 3 * 4 * 64 and e["samples"] == 12
+        assert e["tokens"] == 3 * (4 * 64 - 2 * 32) and e["samples"] == 12
+        assert e["micro_shapes"] == [[4, 64]] * 3 and e["token_pairs"] == 3 * 4 * 64 * 64
+        assert e["scored_tokens"] == 3 * (4 * 63 - 2 * 32)  # each row's first input is no label
         assert e["loss"] == pytest.approx(6.2, abs=0.5)  # ln(512) at random init
         assert e["peak_mem_gib"] > 0
+    assert len({e["fingerprint"] for e in steps}) == 6  # six steps, six sets of rows
 
 
 def test_memory_limit_turns_a_too_large_split_into_oom(tmp_path):

@@ -17,15 +17,10 @@ from .conftest import read_csv, run_main
 from tracetui.config import SweepConfig
 from tracetui.plan import GridPlanner
 from tracetui.runner.sweep import relaying
-from tracetui.runner.turns import SAID_AFTER_S, Turns
+from tracetui.runner.turns import Turns
 from tracetui.runner.worker import WAITING_STAGE
 from tracetui.search import make_planner
 from tracetui.trial import Trial
-
-
-#: at most how long after its wait for the turn (SAID_AFTER_S) a run's "waiting" stage is stamped
-#: (a step here takes 50 ms or more: no measured step can hide in it)
-STAMPED_AFTER_S = 0.01
 
 
 def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
@@ -41,8 +36,8 @@ def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
         if e["type"] == "run_stage":
             r.setdefault("forked", e["t"] - e["elapsed_s"])
             r["stages"] = e["stages"]
-            if e["stage"] == WAITING_STAGE:
-                r["ready"] = e["t"]
+            if e["stage"] == WAITING_STAGE:  # dated from when it asked for its turn
+                r["ready"] = r["forked"] + e["elapsed_s"]
         elif e["type"] == "run_started":
             r["started"] = e
         elif e["type"] == "step":
@@ -65,7 +60,8 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(ti
     assert not order[0]["started"].get("head_start")
     # the first run's turn comes at once: it never says it waits for one
     assert WAITING_STAGE not in order[0]["stages"]
-    order[0]["ready"] = order[0]["forked"] + order[0]["stages"]["first step"]
+    # (its readiness then: built, about to ask for its first turn)
+    order[0]["ready"] = order[0]["forked"] + order[0]["stages"]["building the trainer"]
     for before, run in zip(order, order[1:]):
         assert run["started"].get("head_start") is True
         warm = [s for s in before["steps"] if s[2]]
@@ -77,17 +73,16 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(ti
         assert run["ready"] < before["steps"][-1][1] <= run["steps"][0][0]
         first_measured = next(b for b, _, warm in run["steps"] if not warm)
         assert first_measured >= before["end"]["t"]
-    # no measured step ran beside another run's start (process start to built and waiting: the
-    # run says it waits SAID_AFTER_S after it told the sweep it was built, which may give the run
-    # before it its turn at once; the words are stamped a few ms after that wait, STAMPED_AFTER_S)
+    # no measured step ran beside another run's start (process start to built and waiting: its
+    # wait is dated from when it told the sweep it was built)
     for run in order:
         for other in order:
             if other is run:
                 continue
             for begin, end, warmup in run["steps"]:
                 if not warmup:
-                    built = other["ready"] - SAID_AFTER_S - STAMPED_AFTER_S
-                    assert end <= other["forked"] or begin >= built, (begin, end, other["forked"], other["ready"])
+                    assert end <= other["forked"] or begin >= other["ready"], (
+                        begin, end, other["forked"], other["ready"])
     # the wait is no part of a run's start: start_s ends where the trainer was built
     rows = {r["trial"]: r for r in read_csv(tiny_sweep["out"])}
     assert all(r["status"] == "ok" and r["steps_measured"] == "6" for r in rows.values())

@@ -51,6 +51,46 @@ def test_no_import_circle():
             walk(name, [])
 
 
+#: The layers, lowest first, along the data flow: what the user declares (the domain), the events
+#: every part speaks, the analysis of events, the probe that measures in a trial, the planners
+#: that choose the next trial, the callbacks and injection that carry events out of a user's
+#: process, the runner that starts and watches trials, the outputs, the session shared by the
+#: entry points, the monitor, and the entry points. A module may import its own layer and the
+#: layers below it, never one above (at its top or inside a function).
+LAYERS = (
+    ("domain", ("trial", "knobs", "presets", "phases", "config", "clock", "columns", "busy", "text", "paths", "flops",
+                "bounded")),
+    ("events", ("events", "store")),
+    ("analysis", ("analysis",)),
+    ("probe", ("probe",)),
+    ("planners", ("plan", "search")),
+    ("callbacks", ("attach", "inject")),
+    ("runner", ("runner",)),
+    ("outputs", ("export", "emit", "outputs")),
+    ("session", ("session",)),
+    ("monitor", ("tui",)),
+    ("entry points", ("cli", "commands", "__main__", "")),  # "": the package itself
+)
+
+
+def _layer(module: str) -> int:
+    rest = module.split(".", 1)[1] if "." in module else ""
+    for i, (_, names) in enumerate(LAYERS):
+        if any(rest == n or (n and rest.startswith(n + ".")) for n in names):
+            return i
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+
+
+def test_imports_go_down_the_layers_only():
+    modules = _modules()
+    wrong = []
+    for name, path in sorted(modules.items()):
+        for dep in sorted(_imports(name, path, modules)):
+            if _layer(dep) > _layer(name):
+                wrong.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_help_imports_nothing_heavy():
     code = ("import sys, contextlib, io\n"
             "from tracetui.cli import main\n"

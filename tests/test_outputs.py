@@ -4,6 +4,7 @@ from the flag or the file's extension, and the answer (verdict, recommendation, 
 screen."""
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -163,14 +164,29 @@ def _pty_command(args, cwd, size=(36, 120)):
     return proc, master, screen, reader
 
 
+@contextlib.contextmanager
+def _terminal(args, cwd):
+    """``tracetui ARGS`` in a pty: yields the process, the terminal's master end and what it
+    has drawn so far; waits for the process to end (killed if the test failed first)."""
+    proc, master, screen, reader = _pty_command(args, cwd)
+    try:
+        yield proc, master, screen
+        proc.wait(timeout=300)
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        os.close(master)
+
+
 def _monitor_in_a_terminal(folder: Path) -> dict:
     """The monitor of a real sweep in a pty, quit with q once it has given its answer."""
     runs = folder / "runs"
     args = ["--effective-batch", 2, "--splits", "1x2,2x1", "--steps", 8, "--warmup", 2, "--repeats", 1,
             "--seq-len", 32, "--runs-dir", runs, "-o", folder / "out.json", "--steps-csv", folder / "steps.csv",
             "--emit-config", folder / "best.yaml", "--allow-busy"]
-    proc, master, screen, reader = _pty_command(args, folder)
-    try:
+    with _terminal(args, folder) as (proc, master, screen):
         def ended():
             logs = list(runs.glob("*/events.jsonl"))
             return proc.poll() is not None or (logs and '"ended"' in logs[0].read_text())
@@ -178,13 +194,6 @@ def _monitor_in_a_terminal(folder: Path) -> dict:
         assert proc.poll() is None, bytes(screen)[-2000:]
         wait_until(lambda: b"use " in screen or b"no clear difference" in screen or b"faster" in screen, timeout=60)
         os.write(master, b"q")
-        proc.wait(timeout=120)
-        reader.join(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        os.close(master)
     return dict(code=proc.returncode, text=bytes(screen).decode(errors="replace"), folder=folder)
 
 
@@ -285,3 +294,16 @@ def test_the_probe_adds_nothing_that_can_shadow_the_users_modules(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=env["PYTHONPATH"]), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_the_monitor_opens_before_the_checks_and_a_refusal_closes_it_with_one_line(tmp_path):
+    """The first screen comes before the checks that import torch, transformers and TRL, and
+    says what it waits on; a setting the checks refuse closes it with the one line, exit 2."""
+    with _terminal(["--lora-targets", "nosuch_proj", "--runs-dir", tmp_path / "runs"], tmp_path) as (proc, _, screen):
+        wait_until(lambda: b"the first run needs torch" in screen or proc.poll() is not None, timeout=120)
+        assert b"the first run needs torch" in screen, bytes(screen)[-2000:]
+    text = bytes(screen).decode(errors="replace")
+    assert proc.returncode == 2, text[-2000:]
+    assert "tracetui: error: --lora-targets: 'nosuch_proj' names no linear layer" in text
+    assert not list((tmp_path / "runs").glob("*/events.jsonl"))  # nothing ran

@@ -14,6 +14,7 @@ from tracetui.analysis import (MIN_INTERVAL_STEPS, Results, median, ratio_ci, t9
                                recommendation, scope_note, summarise, verdict)
 from tracetui.config import SweepConfig
 from tracetui.events import make
+from tracetui.busy import judge
 from tracetui.probe import quiet
 
 from .conftest import outcome, scenarios, wait_until
@@ -275,8 +276,8 @@ def test_other_processes_cpu_time_is_measured_from_proc():
     assert spinner > 0.3  # it really ran
     assert busy["other_cpu_cores"] >= spinner - 0.1
     assert busy["own_cpu_cores"] < 0.1  # the idle tree's own
-    assert quiet.judge(dict(busy, other_cpu_cores=0.8)).startswith("other processes used 0.8 CPU cores")
-    assert quiet.judge({"other_cpu_cores": 0.1, "steal_pct": 0.0}) is None
+    assert judge(dict(busy, other_cpu_cores=0.8)).startswith("other processes used 0.8 CPU cores")
+    assert judge({"other_cpu_cores": 0.1, "steal_pct": 0.0}) is None
 
 
 # ---- loss equivalence --------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ def test_quiet_values_from_a_log_that_are_not_numbers_do_not_crash():
     """Schema-valid but odd values (strings, lists) in a run's quiet record are ignored."""
     for odd in ({"other_cpu_cores": "0.2"}, {"other_cpu_cores": [1]}, {"slowdown_share": 0.5, "slowdown": [1]},
                 {"other_gpu_procs": 1, "other_gpu_mem_gib": "x"}):
-        quiet.judge(odd)
+        judge(odd)
     events = []
     _run(events, "s/1x2", 1, 2, [100.0 + i for i in range(8)], quiet_info={"other_cpu_cores": "9"},
          settings={"precision_used": 32}, loss=lambda i: 5.0)

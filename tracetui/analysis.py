@@ -13,16 +13,18 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
 from .events import (AGAIN_KINDS, FAIL_KINDS, GPU, RUN_FAILED_KINDS, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_SETTINGS,
                      RUN_STAGE, RUN_STARTED, STEP, SWEEP)
-from .columns import ROW_KEYS, fmt_duration
+from .columns import ROW_KEYS, SETTING_COLUMNS, fmt_duration
 from .config import KNOB_DEFAULTS
+from .flops import Profile, peak_tflops, profile_of_config, step_work
 from .knobs import KNOBS, SHORT, fmt, result_changing
 from .knobs import sft_args as knob_sft_args
 from .phases import FIELDS
+from .presets import PRESETS
 from .trial import Trial
-from .probe.quiet import gpu_picture, judge
-from .probe.settings import SETTING_COLUMNS
+from .busy import gpu_picture, judge
 
 BOOTSTRAP = 1000
 #: two splits of one effective batch whose loss curves differ anywhere by more than this
@@ -65,8 +67,14 @@ def bootstrap_medians(values: list[float], n: int = BOOTSTRAP, seed: int = 0) ->
 
     arr = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(n, len(arr)))
-    return np.median(arr[idx], axis=1).tolist()
+    # in slices of about a million draws (16 MB), the same draws as all at once: 1000 resamples
+    # of 200 000 steps at once took 3 GB and over a minute
+    rows = max(1, (1 << 20) // max(1, len(arr)))
+    out: list[float] = []
+    for start in range(0, n, rows):
+        idx = rng.integers(0, len(arr), size=(min(rows, n - start), len(arr)))
+        out += np.median(arr[idx], axis=1).tolist()
+    return out
 
 
 def order_stat_ci(values: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -111,27 +119,98 @@ def settle_interval(walls: list[float]) -> tuple[float, float]:
     return order_stat_ci(walls, SETTLE_Z)
 
 
-def settled(walls: list[float], references: list[tuple[float, float]]) -> bool:
-    """True once the median interval of ``walls`` is clear of every reference interval (other
-    splits of the same effective batch, measured earlier in the sweep): more steps cannot change
-    where this split ranks."""
-    if not enough_for_interval(len(walls), SETTLE_Z) or not references:
+#: one step of a split as pairing reads it: (optimizer step, the fingerprint of its rows or None, wall ms)
+StepKey = tuple[int, "str | None", float]
+
+
+def step_keys(steps: Iterable[dict]) -> list[StepKey]:
+    """Measured step events as :data:`StepKey`: what :func:`paired_log_ratios` pairs."""
+    return [(int(s["step"]), s.get("fingerprint"), float(s["wall_ms"])) for s in steps]
+
+
+def _logs_by_step(steps: Iterable[StepKey]) -> tuple[dict[int, list[float]], dict[int, str], str]:
+    """Log walls per step (several runs may measure one step), each step's fingerprint, or why not."""
+    logs: dict[int, list[float]] = {}
+    prints: dict[int, str] = {}
+    for step, fp, wall in steps:
+        if not fp:
+            return {}, {}, "steps without row fingerprints"
+        if prints.setdefault(step, fp) != fp:
+            return {}, {}, f"its runs trained on different rows at step {step}"
+        if wall > 0:
+            logs.setdefault(step, []).append(math.log(wall))
+    return logs, prints, ""
+
+
+def paired_log_ratios(a: Iterable[StepKey], b: Iterable[StepKey],
+                      least: int = MIN_INTERVAL_STEPS) -> tuple[list[float], str]:
+    """``log(wall_b / wall_a)`` at each optimizer step both splits measured, in step order (each
+    side the mean log over its runs), and ""; or ``[]`` and why the steps cannot be paired.
+
+    With the same data, seed and effective batch, optimizer step k of every split trains on the same
+    rows (the trainer's sampler draws one permutation whatever the split); the fingerprint each
+    step records (:func:`tracetui.probe.callback.fingerprint`) says whether it did. Step times
+    vary with the rows (their lengths above all), and a step-by-step ratio leaves that out, where
+    two medians over steps carry it. Not paired: steps without fingerprints, a fingerprint that
+    differs at any step both measured (other data or seed, ``group_by_length``, packing), fewer
+    than ``least`` steps in common."""
+    la, pa, why = _logs_by_step(a)
+    if why:
+        return [], why if why.startswith("steps") else f"one split: {why}"
+    lb, pb, why = _logs_by_step(b)
+    if why:
+        return [], why if why.startswith("steps") else f"one split: {why}"
+    common = sorted(set(la) & set(lb))
+    differ = [k for k in common if pa[k] != pb[k]]
+    if differ:
+        more = f" and {len(differ) - 1} more" if len(differ) > 1 else ""
+        return [], f"fingerprints differ at step {differ[0]}{more}: the two trained on different rows"
+    if len(common) < least:
+        return [], f"only {len(common)} steps in common ({least} needed)"
+    return [sum(lb[k]) / len(lb[k]) - sum(la[k]) / len(la[k]) for k in common], ""
+
+
+def settled(walls: list[float], references: list[tuple], steps: list[StepKey] | None = None) -> bool:
+    """True once this split is clearly apart from every reference (other splits of the same
+    effective batch, measured earlier in the sweep): more steps cannot change where it ranks.
+
+    A reference is ``(lo, hi)``, the other split's interval (:func:`settle_interval`), or
+    ``(lo, hi, its steps)``: where this split's ``steps`` pair with those
+    (:func:`paired_log_ratios`), the interval of the median step-by-step log ratio must exclude 0;
+    otherwise the two median intervals must be apart."""
+    if not references:
         return False
-    lo, hi = settle_interval(walls)
-    return all(hi < rlo or lo > rhi for rlo, rhi in references)
+    mine = None
+    for ref in references:
+        if steps and len(ref) > 2 and ref[2]:
+            d, _why = paired_log_ratios(ref[2], steps)
+            if d and enough_for_interval(len(d), SETTLE_Z):
+                lo, hi = order_stat_ci(sorted(d), SETTLE_Z)
+                if lo <= 0 <= hi:
+                    return False
+                continue
+        if mine is None:
+            if not enough_for_interval(len(walls), SETTLE_Z):
+                return False
+            mine = settle_interval(walls)
+        if not (mine[1] < ref[0] or mine[0] > ref[1]):
+            return False
+    return True
 
 
-def stop_reason(walls: list[float], pct: float, least: int, references: list[tuple[float, float]]) -> str | None:
+def stop_reason(walls: list[float], pct: float, least: int, references: list[tuple],
+                steps: list[StepKey] | None = None) -> str | None:
     """Whether a split's measurements meet ``--until-confident`` now (None: not yet).
 
-    ``precise``: its median is known to within ``pct``%; ``settled``: its interval is clear of
-    every earlier split's, so its rank is known."""
+    ``precise``: its median is known to within ``pct``%; ``settled``: it is clearly apart from
+    every earlier split (step by step where their steps pair, :func:`settled`), so its rank is
+    known."""
     if len(walls) < least:
         return None
     walls = sorted(walls)  # once: the sorts below then take linear time (on the training path)
     if confident(walls, pct):
         return "precise"
-    if settled(walls, references):
+    if settled(walls, references, steps):
         return "settled"
     return None
 
@@ -140,17 +219,23 @@ class StopRule:
     """``--until-confident`` as the probe applies it after every step: stop once
     :func:`stop_reason` has held at ``streak`` consecutive steps. An order-statistic interval
     jumps as single steps arrive (on the H200 one 4x1 run's half-width went 3.1%, 2.0%, 3.1% over
-    three steps); holding for a few steps keeps a lucky moment from ending the measurement."""
+    three steps); holding for a few steps keeps a lucky moment from ending the measurement.
 
-    def __init__(self, pct: float, least: int, references: list[tuple[float, float]], streak: int = 3):
+    The probe hands it its measured steps (:data:`StepKey`) beside their walls, for the paired
+    comparison with references that carry theirs."""
+
+    #: the probe passes the measured steps too
+    takes_steps = True
+
+    def __init__(self, pct: float, least: int, references: list[tuple], streak: int = 3):
         self.pct, self.least, self.references, self.streak = pct, least, list(references), streak
         self._held: list[str] = []
         self._seen = 0
 
-    def __call__(self, walls: list[float]) -> str | None:
+    def __call__(self, walls: list[float], steps: list[StepKey] | None = None) -> str | None:
         if len(walls) != self._seen:  # judged once per newly measured step
             self._seen = len(walls)
-            why = stop_reason(walls, self.pct, self.least, self.references)
+            why = stop_reason(walls, self.pct, self.least, self.references, steps)
             self._held = self._held + [why] if why else []
         if len(self._held) >= self.streak:
             return self._held[-1]
@@ -294,9 +379,13 @@ class RunData:
 
     run_id: str
     started: dict = field(default_factory=dict)
-    steps: list[dict] = field(default_factory=list)
-    gpu: list[dict] = field(default_factory=list)
+    #: an even sample of the run's steps and GPU samples once the memory budget thinned them
+    #: (:mod:`tracetui.bounded`); the counts below are of every step reported
+    steps: list[dict] = field(default_factory=EvenSample)
+    gpu: list[dict] = field(default_factory=EvenSample)
     notices: list[str] = field(default_factory=list)
+    measured_seen: int = 0
+    warmup_seen: int = 0
     status: str = "queued"
     message: str = ""
     finished: dict = field(default_factory=dict)
@@ -330,19 +419,35 @@ class RunData:
             return []  # an attempt run again (out of memory beside a head start, or lost): no steps of the split
         return [s for s in self.steps if not s.get("warmup") and s.get("rank", 0) == 0 and s["wall_ms"] > 0]
 
-    def add(self, event: dict) -> None:
+    def measured_count(self) -> int:
+        """How many measured steps the run reported (:meth:`measured` may hold a sample)."""
+        return 0 if self.status in AGAIN_KINDS else self.measured_seen
+
+    def head_bytes(self) -> int:
+        """What the run holds besides its steps and GPU samples (estimated bytes)."""
+        return (approx_bytes(self.started) + approx_bytes(self.settings) + approx_bytes(self.stages)
+                + approx_bytes(self.finished) + approx_bytes(self.notices) + len(self.message))
+
+    def add(self, event: dict) -> int:
+        """Fold in one event; the bytes its steps or GPU samples grew by (:mod:`tracetui.bounded`)."""
         etype = event["type"]
         if etype == RUN_STARTED:
             self.started = event
             self.status = "warming up"
         elif etype == STEP:
-            self.steps.append(event)
+            if event.get("warmup"):
+                self.warmup_seen += 1
+            elif event.get("rank", 0) == 0 and event["wall_ms"] > 0:
+                self.measured_seen += 1
             if self.status in ("queued", "warming up") and not event.get("warmup"):
                 self.status = "running"
+            return self.steps.append(event) or 0  # (a plain list, with no budget: None)
         elif etype == GPU:
-            self.gpu.append(event)
+            return self.gpu.append(event) or 0
         elif etype == NOTICE:
-            self.notices.append(event.get("message", ""))
+            self.notices.append(str(event.get("message", ""))[:NOTICE_CHARS])
+            if len(self.notices) > MAX_NOTICES:  # the first ones and the latest
+                del self.notices[MAX_NOTICES // 2]
         elif etype == RUN_STAGE:
             if event.get("rank", 0) == 0 and isinstance(event.get("stages"), dict):
                 self.stages = event["stages"]
@@ -362,30 +467,71 @@ class RunData:
         elif etype == RUN_FAILED:
             self.status = event.get("kind", "error")
             self.message = event.get("message", "")
+        return 0
 
 
 class Results:
-    """All runs seen so far, in arrival order."""
+    """All runs seen so far, in arrival order, within ``budget`` bytes (estimated,
+    :mod:`tracetui.bounded`): past it the longest runs' steps are thinned to an even sample, and
+    once that cannot free enough, runs that start later are left out (``left_out`` counts their
+    events). ``budget=None``: everything kept (``tracetui show --export``: a log read whole)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = MEMORY_BUDGET) -> None:
         self.runs: dict[str, RunData] = {}
         self.sweep_machines: dict[str, str] = {}
         self.boot_cache: dict[tuple, tuple[int, list[float]]] = {}
         #: sweep id -> when its own parts happened (``sweep`` events: :mod:`tracetui.clock`)
         self.sweep_times: dict[str, dict[str, float]] = {}
+        self.budget = budget
+        #: estimated bytes held, and per run what besides its samples
+        self.held = 0
+        self._heads: dict[str, int] = {}
+        #: events of runs left out of the summary for want of memory (every one is in the log)
+        self.left_out = 0
 
     def add(self, event: dict) -> RunData | None:
-        """Fold in one event; the run it is of (None for a sweep's own event)."""
+        """Fold in one event; the run it is of (None for a sweep's own event, or a run left out)."""
         if event["type"] == SWEEP:
-            self.sweep_times.setdefault(event["run_id"], {}).update(event.get("times") or {})
+            if event["run_id"] in self.sweep_times or len(self.sweep_times) < MAX_SWEEPS:
+                times = self.sweep_times.setdefault(event["run_id"], {})
+                for mark, at in (event.get("times") or {}).items():
+                    if mark in times or len(times) < MAX_MARKS:
+                        times[mark] = at
             return None
         run = self.runs.get(event["run_id"])
         if run is None:
+            if self.budget is not None and self.held > self.budget and not self._thin():
+                self.left_out += 1
+                return None
             run = self.runs[event["run_id"]] = RunData(event["run_id"], sweep_machines=self.sweep_machines)
-        run.add(event)
+            if self.budget is None:
+                run.steps, run.gpu = [], []
+        grown = run.add(event)
+        if self.budget is not None:
+            if event["type"] in (STEP, GPU):
+                self.held += grown
+            else:
+                head = run.head_bytes()
+                self.held += head - self._heads.get(run.run_id, 0)
+                self._heads[run.run_id] = head
+            if self.held > self.budget:
+                self._thin()
         if event["type"] == RUN_STARTED and event.get("env"):
             self.sweep_machines.setdefault(event["run_id"].split("/", 1)[0], run.machine)
         return run
+
+    def _thin(self) -> bool:
+        """Thin the largest samples until within the budget; whether that got there."""
+        while self.held > self.budget:
+            samples = [x for r in self.runs.values() for x in (r.steps, r.gpu) if len(x) >= 4]
+            if not samples:
+                return False
+            self.held -= max(samples, key=lambda x: x.size).thin()
+        return True
+
+    def thinned(self) -> list[RunData]:
+        """The runs whose steps or GPU samples are held as an even sample."""
+        return [r for r in self.runs.values() if getattr(r.steps, "stride", 1) > 1 or getattr(r.gpu, "stride", 1) > 1]
 
     def extend(self, events: Iterable[dict]) -> "Results":
         for e in events:
@@ -451,8 +597,11 @@ def _declared(key: str) -> str:
     return key
 
 
-def summarise(results: Results, project_steps: int | None = None) -> list[dict[str, Any]]:
-    """One row per split (runs of the same split on the same machine pooled)."""
+def summarise(results: Results, project_steps: int | None = None,
+              peak_tflops: float | None = None) -> list[dict[str, Any]]:
+    """One row per split (runs of the same split on the same machine pooled). ``peak_tflops``:
+    the device's peak to measure MFU against (``--peak-tflops``), in place of :mod:`tracetui.flops`'s
+    table."""
     groups: dict[tuple, list[RunData]] = {}
     for run in results.runs.values():
         if not run.started or str(run.started.get("why") or "").startswith(PROBE_WHY):
@@ -478,6 +627,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
     boots_of: dict[tuple, list[float]] = {}
     medians = {key: run_medians(runs) for key, runs in groups.items()}
     spread = between_run_spread(medians)
+    steps_of = {key: [step_keys(r.measured()) for r in runs if r.measured()] for key, runs in groups.items()}
     for key, runs in groups.items():
         machine, eb, mb, ga, ws, varied = key
         trial = runs[0].trial
@@ -495,7 +645,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
             machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
             split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
             status=status, runs=sum(1 for r in runs if r.status not in AGAIN_KINDS),
-            steps_measured=len(walls), warmup_steps=sum(1 for r in runs for s in r.steps if s.get("warmup")),
+            steps_measured=sum(r.measured_count() for r in runs), warmup_steps=sum(r.warmup_seen for r in runs),
             message="; ".join([*crowded.get(key, []), *(r.message for r in runs if r.message)]),
             runs_failed=len(failed) or None, failed_kinds=failed,
         )
@@ -577,6 +727,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         row["precision_used"] = _precision_of(runs[0])
         _add_start(row, runs)
         _add_settings(row, runs)
+        _add_work(row, runs, measured, peak_tflops)
         _add_quiet(row, runs)
         row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
         reasons = sorted({r.finished["stop_reason"] for r in runs if r.finished.get("stop_reason")})
@@ -588,7 +739,7 @@ def summarise(results: Results, project_steps: int | None = None) -> list[dict[s
         if planned and row.get("step_ms_median"):
             row["projected_s"] = planned * row["step_ms_median"] / 1000.0 + (row.get("compile_s") or 0.0)
         rows.append(row)
-    _add_speedups(rows, boots_of)
+    _add_speedups(rows, boots_of, results, steps_of, spread)
     _add_loss_check(rows)
     _add_environment_changes(rows, groups)
     for row in rows:
@@ -771,20 +922,48 @@ def _energy_per_step(runs: list[RunData], step_ms: float | None) -> float | None
     return sum(powers) / len(powers) * step_ms / 1000.0
 
 
-def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
-    """Speedup of each split against the slowest of its group, with an interval: at run level
-    a t interval of the log ratio, simultaneous over the group's pairs. Failed splits are left
-    out of the ranking."""
+def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: "Results | None" = None,
+                  steps_of: dict[tuple, list[list[StepKey]]] | None = None,
+                  spread: dict[str, tuple[float, int]] | None = None) -> None:
+    """Speedup of each split against the slowest of its group, with an interval. Where the two
+    splits' steps trained on the same rows, step by step (:func:`paired_compare`); otherwise at run
+    level a t interval of the log ratio, simultaneous over the group's pairs, or with one run per
+    split a bootstrap of the two medians; ``comparison`` says which, and why not paired. Failed
+    splits are left out of the ranking."""
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("step_ms_median") and r["status"] not in RUN_FAILED_KINDS:
             by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
+    steps_of = steps_of or {}
+    paired_spread = paired_run_spread(steps_of)
     for group in by_group.values():
         slowest = max(group, key=lambda r: r["step_ms_median"])
         fastest = min(group, key=lambda r: r["step_ms_median"])
         sw = boots_of.get(_key(slowest))
+        pairs = max(1, len(group) * (len(group) - 1) // 2)
+        # every pair, each way: the ratio of the other's step to this one's (the recommendation's ties)
+        for r in group:
+            r["paired_vs"] = {}
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                got, _why = paired_compare(a, b, steps_of, results, pairs, paired_spread, spread)
+                if got is not None:
+                    est, lo, hi, _n, _scope = got
+                    a["paired_vs"][b["trial"]] = (math.exp(est), math.exp(lo), math.exp(hi))
+                    b["paired_vs"][a["trial"]] = (math.exp(-est), math.exp(-hi), math.exp(-lo))
         for r in group:
             r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
+            r["fastest"] = r is fastest
+            if r is not slowest:  # (the slowest keeps the interval of its own ratio, 1)
+                got, why = paired_compare(r, slowest, steps_of, results, pairs, paired_spread, spread)
+                if got is not None:
+                    est, lo, hi, n, scope = got
+                    r["speedup_vs_slowest"] = math.exp(est)
+                    r["speedup_ci_low"], r["speedup_ci_high"] = math.exp(lo), math.exp(hi)
+                    r["comparison"] = f"paired over {n} steps" + scope
+                    r["paired_steps"] = n
+                    continue
+                r["comparison"] = f"unpaired: {why}"
             mine = boots_of.get(_key(r))
             if "_mu" in r and "_mu" in slowest:  # run level: t interval of the log ratio
                 half = simultaneous_t(r["_df"], len(group)) * math.sqrt(r["_var"] * (1 / r["_k"] + 1 / slowest["_k"]))
@@ -793,7 +972,79 @@ def _add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]]) -> None:
             elif sw is not None and mine is not None:  # no interval from too few steps
                 lo, hi = ratio_ci(sw, mine)
                 r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
-            r["fastest"] = r is fastest
+
+
+def paired_run_spread(steps_of: dict[tuple, list[list[StepKey]]]) -> dict[str, tuple[float, int]]:
+    """Per machine: how much fresh processes of one split differ once the rows are paired out, and
+    its degrees of freedom (as :func:`between_run_spread`, pooled over every split with two or
+    more runs whose steps carry fingerprints that agree). A run's level is the median, over the
+    steps it shares with the split's other runs, of its log step time less their mean there."""
+    sums: dict[str, list[float]] = {}
+    for (machine, *_), runs in steps_of.items():
+        if len(runs) < 2:
+            continue
+        logs: dict[int, list[float]] = {}
+        prints: dict[int, str] = {}
+        usable = True
+        for run in runs:
+            for step, fp, wall in run:
+                if not fp or wall <= 0 or prints.setdefault(step, fp) != fp:
+                    usable = False
+                    break
+                logs.setdefault(step, []).append(math.log(wall))
+        if not usable:
+            continue
+        centre = {k: sum(v) / len(v) for k, v in logs.items() if len(v) > 1}
+        levels = []
+        for run in runs:
+            res = [math.log(w) - centre[k] for k, _, w in run if k in centre]
+            if enough_for_interval(len(res)):
+                levels.append(median(res))
+        if len(levels) > 1:
+            mu = sum(levels) / len(levels)
+            acc = sums.setdefault(machine, [0.0, 0])
+            acc[0] += sum((x - mu) ** 2 for x in levels)
+            acc[1] += len(levels) - 1
+    return {m: (ss / df, int(df)) for m, (ss, df) in sums.items() if df >= MIN_RUN_DF}
+
+
+def paired_compare(fast: dict, slow: dict, steps_of: dict[tuple, list[list[StepKey]]], results: "Results | None",
+                   pairs: int = 1, paired_spread: dict | None = None, spread: dict | None = None):
+    """``slow``'s step time over ``fast``'s, step by step (:func:`paired_log_ratios`), as
+    ``((log ratio, low, high, paired steps, scope words), "")``, or ``(None, why not paired)``.
+
+    The ratio is the median of the per-step log ratios; its interval a bootstrap over the paired
+    steps, at the level that holds over the group's ``pairs`` together (Bonferroni). Where both
+    splits ran in several fresh processes (``ci_scope`` runs), the spread between processes is
+    added in quadrature: a t interval on the runs' levels once the rows are paired out
+    (:func:`paired_run_spread`; that of the run medians where no split has it), as the host drifts
+    between processes whatever rows they train on."""
+    fast_runs, slow_runs = steps_of.get(_key(fast)), steps_of.get(_key(slow))
+    if not fast_runs or not slow_runs:
+        return None, "no measured steps"
+    d, why = paired_log_ratios([k for run in fast_runs for k in run], [k for run in slow_runs for k in run])
+    if not d:
+        return None, why
+    alpha = 0.05 / pairs
+    est = median(d)
+    key = ("paired", _key(fast), _key(slow))
+    cached = results.boot_cache.get(key) if results is not None else None
+    if cached is not None and cached[0] == len(d):
+        boots = cached[1]
+    else:
+        boots = bootstrap_medians(d, seed=zlib.crc32(repr(key).encode()))
+        if results is not None:
+            results.boot_cache[key] = (len(d), boots)
+    lo, hi = quantile(boots, alpha / 2), quantile(boots, 1 - alpha / 2)
+    scope = ""
+    if fast.get("ci_scope") == "runs" and slow.get("ci_scope") == "runs":
+        var_df = (paired_spread or {}).get(fast["machine"]) or (spread or {}).get(fast["machine"])
+        if var_df is not None:
+            var, df = var_df
+            half = t_quantile(1 - alpha / 2, df) * math.sqrt(var * (1 / len(fast_runs) + 1 / len(slow_runs)))
+            lo, hi = est - math.hypot(est - lo, half), est + math.hypot(hi - est, half)
+            scope = f" and {len(fast_runs)}+{len(slow_runs)} runs"
+    return (est, lo, hi, len(d), scope), ""
 
 
 def _key(row: dict) -> tuple:
@@ -974,6 +1225,66 @@ def _add_settings(row: dict, runs: list[RunData]) -> None:
         row["message"] = "; ".join(x for x in (row.get("message"), "runs differ in " + ", ".join(differ)) if x)
 
 
+def _add_work(row: dict, runs: list[RunData], measured: list[dict], peak_override: float | None = None) -> None:
+    """The work each optimizer step did (:mod:`tracetui.flops`: model FLOPs from the model's linear
+    layers and the tokens it really processed, padding included; hardware FLOPs with
+    checkpointing's recomputation), the FLOP/s achieved at the median step, and MFU against the
+    device's dense peak for the precision that ran (``peak_override``, ``--peak-tflops``, first)."""
+    if not measured or not row.get("step_ms_median"):
+        return
+    cfg = runs[0].started.get("config") or {}
+    profile = next((p for p in (Profile.from_dict(r.settings.get("model_work")) for r in runs) if p), None)
+    if profile is None and cfg.get("model") in PRESETS:
+        # a log from before the layers were read back: a preset's configuration says the same
+        profile = profile_of_config(PRESETS[cfg["model"]][0], cfg.get("lora_r"), cfg.get("lora_targets"))
+    if profile is None:
+        row["mfu_note"] = "no FLOPs: the model's layers were not recorded (a model tracetui cannot read)"
+        return
+    ckpt = row.get("activation_checkpointing")
+    ckpt = bool(cfg.get("activation_checkpointing") if ckpt is None else ckpt)
+    works, padded, real = [], 0, 0
+    for s in measured:
+        shapes = s.get("micro_shapes") or _full_rows(s, row, cfg)
+        if not shapes:
+            continue
+        w = step_work(profile, [tuple(x) for x in shapes], checkpointing=ckpt, head_tokens=s.get("scored_tokens"),
+                      pairs=s.get("token_pairs"))
+        works.append(w)
+        padded += w.tokens
+        real += s.get("tokens") or w.tokens
+    if not works:
+        row["mfu_note"] = "no FLOPs: the steps did not record the shapes of their micro-batches"
+        return
+    row["tflop_per_step"] = median([w.model for w in works]) / 1e12
+    row["hw_tflop_per_step"] = median([w.hardware for w in works]) / 1e12
+    row["padding_pct"] = max(0.0, 100.0 * (1 - real / padded)) if padded else None
+    row["tflops"] = row["tflop_per_step"] / (row["step_ms_median"] / 1000.0)
+    env = runs[0].started.get("env") or {}
+    mode = _mode(row.get("precision_used"))
+    if mode == "fp32" and (row.get("settings") or {}).get("tf32"):
+        mode = "tf32"
+    override = peak_override or cfg.get("peak_tflops")
+    if override:
+        peak, which = float(override), "--peak-tflops"
+    else:
+        peak, which = peak_tflops(env.get("gpu_name") if env.get("device", "cuda") != "cpu" else None, mode)
+    row["peak_tflops"] = peak
+    row["mfu_pct"] = 100.0 * row["tflops"] / peak if peak else None
+    pad = row["padding_pct"]
+    row["mfu_note"] = ((f"against the {which} peak, {peak:g} TFLOP/s" if peak else which)
+                       + (f"; {pad:.0f}% of the positions processed were padding (counted as work)"
+                          if pad is not None and pad >= 0.5 else ""))
+
+
+def _full_rows(step: dict, row: dict, cfg: dict) -> list[list[int]] | None:
+    """A step's micro-batch shapes where a log from before they were recorded implies them: every
+    row full (``--seq-len`` tokens each, as the built-in ``synthetic`` data has them)."""
+    seq, mb, ga = cfg.get("seq_len"), row["micro_batch"], row["grad_accum"]
+    if seq and step.get("samples") == mb * ga and step.get("tokens") == mb * ga * seq:
+        return [[mb, seq]] * ga
+    return None
+
+
 def _add_quiet(row: dict, runs: list[RunData]) -> None:
     """How quiet the machine was for each run of this split, and why a run counts as busy."""
     busy, others = [], []
@@ -1135,22 +1446,24 @@ def verdict(rows: list[dict], policy: Policy = Policy()) -> str:
             lines.append(f"effective batch {eb}{where}: {why}")
             continue
         lo, hi = fastest.get("speedup_ci_low"), fastest.get("speedup_ci_high")
-        # "Faster" only when the speedup's interval excludes 1 (run level), or, with one run per
-        # split, when the two median intervals are apart.
-        if fastest.get("ci_scope") == "runs" and slowest.get("ci_scope") == "runs":
+        how = fastest.get("comparison") or "unpaired"
+        paired = how.startswith("paired")
+        # "Faster" only when the speedup's interval excludes 1 (paired step by step, or at run
+        # level), or, unpaired with one run per split, when the two median intervals are apart.
+        if paired or (fastest.get("ci_scope") == "runs" and slowest.get("ci_scope") == "runs"):
             clear = lo is not None and lo > 1.0  # the speedup's interval excludes 1
         else:
             clear = (fastest.get("step_ms_ci_high") is not None and slowest.get("step_ms_ci_low") is not None
                      and fastest["step_ms_ci_high"] < slowest["step_ms_ci_low"])
         if clear:
-            ci = f" (95% CI {lo:.2f}-{hi:.2f}x)" if lo is not None else ""
+            ci = f" (95% CI {lo:.2f}-{hi:.2f}x, {how})" if lo is not None else f" ({how})"
             lines.append(f"{fastest['trial']} is {fastest['speedup_vs_slowest']:.2f}x faster than {slowest['trial']}"
                          f"{ci} at effective batch {eb}{where}{mem}{busy}")
         else:
-            how = ("the speedup's interval includes 1" if fastest.get("ci_scope") == "runs"
+            why = ("the speedup's interval includes 1" if paired or fastest.get("ci_scope") == "runs"
                    else "intervals overlap")
             lines.append(f"no clear difference between {fastest['trial']} and {slowest['trial']} "
-                         f"at effective batch {eb}{where} ({how}){busy}")
+                         f"at effective batch {eb}{where} ({why}; {how}){busy}")
     return " | ".join(lines)
 
 
@@ -1167,11 +1480,29 @@ def recommended_rows(rows: list[dict], policy: Policy = Policy()) -> list[dict]:
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    """Whether two trials' step-time intervals overlap (no interval: no claim either way)."""
+    """Whether two trials are as fast within the intervals: compared step by step where their
+    steps pair (the interval of the ratio holds 1), else their step-time intervals overlap (no
+    interval: no claim either way)."""
+    paired = (a.get("paired_vs") or {}).get(b["trial"])
+    if paired is not None:
+        return paired[1] <= 1.0 <= paired[2]
     lo_a, hi_a, lo_b, hi_b = (x.get(k) for x in (a, b) for k in ("step_ms_ci_low", "step_ms_ci_high"))
     if None in (lo_a, hi_a, lo_b, hi_b):
         return False
     return lo_b <= hi_a and lo_a <= hi_b
+
+
+def limit_words(row: dict) -> str:
+    """How far a trial is from the device's limit, for the recommendation: its MFU against the
+    peak, or why there is none ("" on the CPU, which has no peak to speak of)."""
+    mfu = row.get("mfu_pct")
+    note = (row.get("mfu_note") or "").split(";")[0]
+    if mfu is not None:
+        share = f"{mfu:.1f}%" if mfu < 10 else f"{mfu:.0f}%"
+        return f"; it runs at {share} MFU ({row['tflops']:.1f} TFLOP/s {note})"
+    if row.get("tflops") is not None and note and not note.startswith("no GPU"):
+        return f"; it runs at {row['tflops']:.1f} TFLOP/s ({note})"
+    return ""
 
 
 def _and(names: list[str]) -> str:
@@ -1235,6 +1566,7 @@ def _recommend(rows: list[dict], policy: Policy):
         proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
         if proj:
             text += " (" + "; ".join(f"{r['trial']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
+        text += limit_words(best)
         if policy.allow_busy:
             text += busy_mark(group)
         yield best, text

@@ -14,7 +14,6 @@ from __future__ import annotations
 import array
 import collections
 import errno
-import json
 import os
 import selectors
 import socket
@@ -63,7 +62,7 @@ def default_socket_path() -> str:
     """``TRACETUI_SOCKET``, else ``watch.sock`` in :func:`default_socket_dir`. That folder is
     made 0700 by the listener, and refused by both ends when someone else could write to it
     (:func:`unsafe_folder`): only this user can reach the socket."""
-    env = os.environ.get("TRACETUI_SOCKET")
+    env = _env("TRACETUI_SOCKET")
     if env:
         return env
     return str(default_socket_dir() / "watch.sock")
@@ -112,6 +111,35 @@ def _unsent(sock: socket.socket) -> int | None:
         return buf[0]
     except (ImportError, AttributeError, OSError):
         return None
+
+
+def _env(name: str, default=None):
+    """A ``TRACETUI_*`` variable checked by its declaration (:func:`tracetui.config.env_value`).
+    In the training script's process a bad one is said once and left out, never raised into
+    its training."""
+    from .config import ConfigError, env_value
+
+    try:
+        value = env_value(name)
+    except ConfigError as exc:
+        if name not in _said_env:
+            _said_env.add(name)
+            _say(f"tracetui: {exc} (ignored)")
+        return default
+    return default if value is None else value
+
+
+_said_env: set[str] = set()
+
+
+def _say(line: str) -> None:
+    """A line on the training script's stderr (quoting paths and exceptions: one printable line)."""
+    from .text import clean
+
+    try:
+        sys.stderr.write(clean(line) + "\n")
+    except (OSError, ValueError):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,11 +229,11 @@ class SocketSink:
             self._file = open(self.jsonl_path, "a", encoding="utf-8")
         except OSError as exc:
             if not self.quiet:
-                sys.stderr.write(f"tracetui: {why}; cannot keep events in {self.jsonl_path} ({exc.strerror})\n")
+                _say(f"tracetui: {why}; cannot keep events in {self.jsonl_path} ({exc.strerror})")
             self._file = False  # type: ignore[assignment]
             return
         if not self.quiet:
-            sys.stderr.write(f"tracetui: {why}; events kept in {self.jsonl_path}\n")
+            _say(f"tracetui: {why}; events kept in {self.jsonl_path}")
         for e in sorted(self._history + list(self._gpu_history), key=lambda e: e["t"]):
             self._write_file(e)
 
@@ -282,8 +310,8 @@ class SocketSink:
 def _run_id() -> str:
     """One id for all ranks of a run: torchrun's ranks share their agent (the parent)."""
     host = socket.gethostname()
-    if os.environ.get("TRACETUI_RUN_ID"):
-        return os.environ["TRACETUI_RUN_ID"]
+    if _env("TRACETUI_RUN_ID"):
+        return _env("TRACETUI_RUN_ID")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return f"{host}-{os.environ.get('MASTER_PORT', '')}-{os.getppid()}"
     return f"{host}-{os.getpid()}-{time.strftime('%H%M%S')}"
@@ -321,7 +349,7 @@ def _make_trace_callback():
                      warmup: int | None = None, run_id: str | None = None, gpu_samples: bool = True,
                      quiet: bool = False, config: dict | None = None):
             self.run_id_base = run_id or _run_id()
-            warm = int(os.environ.get("TRACETUI_WARMUP", 3)) if warmup is None else warmup
+            warm = _env("TRACETUI_WARMUP", 3) if warmup is None else warmup
             super().__init__(self._emit, self.run_id_base, warmup=warm, stop_after=_stop_rule_from_env())
             self.announce_settings = False  # sent after run_started, below
             self.socket_path = socket_path or default_socket_path()
@@ -357,7 +385,7 @@ def _make_trace_callback():
                 self.failed = True
                 self.pause()
                 what = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
-                sys.stderr.write(f"tracetui: TraceCallback stopped measuring ({what}); training goes on\n")
+                _say(f"tracetui: TraceCallback stopped measuring ({what}); training goes on")
                 return None
 
         # -- callback events, each guarded ------------------------------------------------------
@@ -435,7 +463,7 @@ def _make_trace_callback():
             (to the script's first line), the script's own imports, model and data (to its
             Trainer), the trainer's set-up (to training). From the time the sweep started the
             process and the marks tracetui's sitecustomize made in it; nothing outside a sweep."""
-            started = os.environ.get("TRACETUI_STARTED_AT")
+            started = _env("TRACETUI_STARTED_AT")
             marks = getattr(sys.modules.get("sitecustomize"), "_TRACETUI_MARKS", None)
             if not started or not isinstance(marks, dict):
                 return
@@ -489,10 +517,7 @@ VARIED_ENV = "TRACETUI_VARIED"
 
 def _varied_from_sweep() -> dict:
     """The trial's varied settings, as ``tracetui sweep`` set them on the script's command line."""
-    try:
-        varied = json.loads(os.environ.get(VARIED_ENV) or "{}")
-    except ValueError:
-        return {}
+    varied = _env(VARIED_ENV, {})
     return {str(k): v for k, v in varied.items() if isinstance(v, (str, int, float, bool))} if isinstance(varied, dict) else {}
 
 
@@ -500,14 +525,19 @@ def _stop_rule_from_env():
     """``tracetui sweep --until-confident``: the stopping rule the sweep hands the script's
     process (``TRACETUI_UNTIL_CONFIDENT=PCT:MIN_STEPS``, ``TRACETUI_REFERENCES``: the earlier
     splits' intervals as JSON)."""
-    rule = os.environ.get("TRACETUI_UNTIL_CONFIDENT")
+    rule = _env("TRACETUI_UNTIL_CONFIDENT")
     if not rule:
         return None
     from .analysis import StopRule
 
-    pct, least = rule.split(":")
-    refs = [tuple(r) for r in json.loads(os.environ.get("TRACETUI_REFERENCES") or "[]")]
-    return StopRule(float(pct), int(least), refs)
+    refs = _env("TRACETUI_REFERENCES", [])
+    try:  # [low, high], or [low, high, steps] where the reference's steps carry row fingerprints
+        refs = [(float(r[0]), float(r[1]), [tuple(k) for k in r[2]]) if len(r) == 3 else (float(r[0]), float(r[1]))
+                for r in refs if len(r) in (2, 3)] if isinstance(refs, list) else []
+    except (TypeError, ValueError, IndexError):
+        _say("tracetui: TRACETUI_REFERENCES is not a list of [low, high(, steps)] intervals; it is ignored")
+        refs = []
+    return StopRule(rule[0], rule[1], refs)
 
 
 def _cuda_ready() -> bool:
@@ -560,6 +590,14 @@ def prepare_socket_path(path: str, private: bool | None = None) -> bool:
     is refused, never removed."""
     p = Path(path)
     parent = p.parent
+    text = os.fspath(path)
+    size = len(os.fsencode(text)) if text.isprintable() else -1
+    if not 0 < size <= 107:  # a UNIX socket's path (sun_path) holds at most 107 bytes
+        from .text import clean
+
+        raise ListenerError(f"--socket: {clean(text)} " + ("holds a character that is not printable" if size < 0 else
+                            f"is {size} bytes long, over the 107 a socket path may have" if size else "is empty")
+                            + "; give a shorter path")
     if private is None:
         private = parent == default_socket_dir()
     made = False
@@ -642,7 +680,7 @@ class SocketListener:
             self._srv.bind(path)
         except OSError as exc:
             self._srv.close()
-            raise ListenerError(f"--socket: cannot listen on {path} ({exc.strerror})") from None
+            raise ListenerError(f"--socket: cannot listen on {path} ({exc.strerror or exc})") from None
         finally:
             os.umask(old)
         os.chmod(path, 0o600)

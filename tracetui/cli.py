@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from . import __version__
-from .config import ConfigError, add_arguments
+from .config import ConfigError, add_arguments, check_environment
 from .session import (EXIT_INTERRUPTED, EXIT_OK, UsageError, fail_line, add_output_args, Parser, load_config,
                       run_headless)
 
@@ -37,12 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_environment()  # the TRACETUI_* variables, as the flags: before anything runs
         if argv and argv[0] in ("show", "watch", "sweep", "run"):
             from . import commands
 
             return getattr(commands, f"{argv[0]}_main")(argv[1:])
         ns = build_parser().parse_args(argv)
-        cfg, splits = load_config(ns)
+        # the monitor opens before the checks that import the libraries, and says it waits on them
+        cfg, splits = load_config(ns, defer=not ns.export and not ns.dry_run)
     except (UsageError, ConfigError) as exc:
         return fail_line(str(exc))
     except KeyboardInterrupt:
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_headless(cfg, splits, ns, sweep=sweep)
     from .tui.app import run_app
 
-    return run_app(cfg, splits, ns, sweep=sweep)
+    return run_app(cfg, splits, ns, sweep=sweep, checks_deferred=getattr(ns, "checks_deferred", False))
 
 
 if __name__ == "__main__":

@@ -11,13 +11,31 @@ its interval).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from rich.text import Text
 
 from .knobs import KNOBS
 from .phases import PHASES
-from .probe.settings import SETTING_COLUMNS
+
+#: the read-back settings (:mod:`tracetui.probe.settings` reads them from the trainer) shown as
+#: columns (CSV/JSON) and in the monitor's header, in order
+SETTING_COLUMNS = (
+    "activation_checkpointing", "precision_used", "attn_implementation", "optimizer", "loss_type",
+    "dataloader_num_workers", "dataloader_pin_memory", "torch_compile", "use_liger_kernel", "padding_free",
+    "lora_targets_resolved", "lora_dropout_used", "sharding_used", "ddp_find_unused_parameters", "comm_gib_per_step",
+    "versions",
+)
+
+
+class Cell(NamedTuple):
+    """A cell with a style (a Rich style name, e.g. ``bold green``) for the monitor to draw; its
+    ``str`` is its text. Kept as plain data, so that the column registry needs no drawing library."""
+
+    text: str
+    style: str = ""
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def fmt(v: Any, spec: str = ".1f", dash: str = "-") -> str:
@@ -66,38 +84,50 @@ def _bold(row: dict) -> str:
     return "bold green" if row.get("fastest") else ""
 
 
-def _split(row: dict, ctx: dict) -> Text:
+def _split(row: dict, ctx: dict) -> Cell:
     name = row.get("trial") or row["split"]
     if ctx.get("multi_eb"):
         name = f"{name} (eb {row['effective_batch']})"
     if ctx.get("multi_machine"):
         name = f"{row['machine']} {name}"
-    return Text(name, style=_bold(row))
+    return Cell(name, style=_bold(row))
 
 
-def _status(row: dict, ctx: dict) -> Text:
+def _status(row: dict, ctx: dict) -> Cell:
     status = row["status"]
     if status != "ok" and row.get("message"):
         status = f"{status}: {row['message'][:60]}"
     elif row.get("busy"):
         status = f"{status} (busy)"
-    return Text(status, style=STATUS_STYLE.get(row["status"], ""))
+    return Cell(status, style=STATUS_STYLE.get(row["status"], ""))
 
 
-def _step(row: dict, ctx: dict) -> Text:
-    return Text(fmt(row.get("step_ms_median")), style=_bold(row))
+def _step(row: dict, ctx: dict) -> Cell:
+    return Cell(fmt(row.get("step_ms_median")), style=_bold(row))
 
 
 def _spread(row: dict, ctx: dict) -> str:
     return f"{fmt(row.get('step_ms_p10'), '.0f')}-{fmt(row.get('step_ms_p90'), '.0f')}"
 
 
-def _speedup(row: dict, ctx: dict) -> Text:
+def _speedup(row: dict, ctx: dict) -> Cell:
     sp = row.get("speedup_vs_slowest")
     speed = "-" if sp is None else f"{sp:.2f}x"
     if sp is not None and row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row["speedup_ci_high"]:
         speed += f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]"
-    return Text(speed, style=_bold(row))
+    return Cell(speed, style=_bold(row))
+
+
+def _comparison(row: dict, ctx: dict) -> str:
+    text = row.get("comparison")
+    if not text:
+        return "-"
+    return f"paired {row['paired_steps']}" if row.get("paired_steps") else "unpaired"
+
+
+def _mfu(row: dict, ctx: dict) -> str:
+    v = row.get("mfu_pct")
+    return "-" if v is None else f"{v:.1f}%" if v < 10 else f"{v:.0f}%"
 
 
 def _loss(row: dict, ctx: dict) -> str:
@@ -121,15 +151,15 @@ def _projected(row: dict, ctx: dict) -> str:
     return fmt_duration(row["projected_s"]) if row.get("projected_s") else "-"
 
 
-def _ranks(row: dict, ctx: dict) -> Text:
+def _ranks(row: dict, ctx: dict) -> Cell:
     """Data-parallel ranks; a straggler (compute >10% behind the fastest rank) in red."""
     if not row.get("ranks"):
-        return Text("-")
+        return Cell("-")
     spread = row.get("rank_spread_pct")
     if spread is None:
-        return Text(str(row["ranks"]))
+        return Cell(str(row["ranks"]))
     text = f"{row['ranks']} (r{row['slowest_rank']} +{spread:.0f}%)"
-    return Text(text, style="bold red" if spread > 10 else "")
+    return Cell(text, style="bold red" if spread > 10 else "")
 
 
 def _ckpt(row: dict, ctx: dict) -> str:
@@ -152,7 +182,21 @@ COLUMNS: tuple[Column, ...] = (
     Column("tokens_per_s", "tok/s", spec=".0f"), Column("samples_per_s"),
     Column("speedup", "speedup", cell=_speedup, csv=False),
     Column("speedup_vs_slowest"), Column("speedup_ci_low"), Column("speedup_ci_high"),
+    Column("comparison", "vs slowest", cell=_comparison,
+           help="how the speedup was judged: paired over N steps (the two splits' steps trained on the same "
+                "rows: compared step by step) or unpaired, and why"),
+    Column("paired_steps", help="steps compared one by one against the slowest split (paired comparison)"),
     Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
+    Column("mfu_pct", "MFU", cell=_mfu, unit="%",
+           help="model FLOPs per second over the GPU's dense peak for the precision that ran (tracetui.flops)"),
+    Column("tflops", "TFLOP/s", spec=".1f", help="model FLOPs per second at the median step, in TFLOP/s"),
+    Column("tflop_per_step", spec=".4g", help="model FLOPs of one optimizer step (median), TFLOP: forward and "
+                                              "backward for the tokens processed, padding included"),
+    Column("hw_tflop_per_step", spec=".4g", help="hardware FLOPs of one optimizer step, TFLOP: model FLOPs and "
+                                                 "activation checkpointing's recomputation"),
+    Column("peak_tflops", help="the dense peak MFU is measured against, TFLOP/s (--peak-tflops sets it)"),
+    Column("padding_pct", unit="%", help="share of the positions processed that were padding (counted as work)"),
+    Column("mfu_note", help="the peak used and its precision, the padding; or why there is no MFU"),
     Column("peak_mem_gib", "peak GiB", spec=".2f", unit="GiB"), Column("mem_total_gib", unit="GiB"),
     Column("predicted_mem_gib", "pred GiB", spec=".2f", unit="GiB",
            help="peak memory the search predicted before the trial started (--search)"),
@@ -224,6 +268,8 @@ def check_rows(rows: list[dict]) -> list[str]:
 #: intermediate values of the analysis)
 _INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
              "varied", "knob_values", "failed_kinds",
+             # each other split of the group: the ratio of its step to this one's, paired, with its interval
+             "paired_vs",
              # scratch of summarise, gone before it returns: the loss curve, the run-level
              # log-median statistics of the speedup interval
              "loss_curve", "_mu", "_k", "_var", "_df"}

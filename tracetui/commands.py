@@ -4,10 +4,9 @@ unmodified command once, measured)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from .session import EXIT_NONE_OK, UsageError, add_output_args, check_outputs, Parser, write_and_report
+from .session import EXIT_NONE_OK, UsageError, add_output_args, check_outputs, Parser, say, write_and_report
 from .config import ConfigError
 from .outputs import Outputs
 
@@ -19,42 +18,6 @@ def _show_parser() -> Parser:
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
     add_output_args(p, answer=True)
     return p
-
-
-def _unreadable(path: str) -> str | None:
-    """Why ``path`` is not a log ``show`` can read, in words, or None. Never opens a FIFO (that
-    would wait for a writer for ever)."""
-    import errno
-    import os
-    import stat
-
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return "does not exist" if not os.path.islink(path) else "is a symbolic link to nothing"
-        if exc.errno == errno.ELOOP:
-            return "is a loop of symbolic links"
-        if exc.errno == errno.EACCES:
-            return "cannot be reached (permission denied)"
-        return f"cannot be read ({exc.strerror})"
-    mode = st.st_mode
-    if stat.S_ISDIR(mode):
-        return "is a folder, not a file"
-    if stat.S_ISFIFO(mode):
-        return "is a FIFO (named pipe), not a file: save the events to a file first"
-    if stat.S_ISSOCK(mode):
-        return "is a socket, not a file (watch it with tracetui watch --socket)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "is a device, not a file"
-    if not stat.S_ISREG(mode):
-        return "is not a regular file"
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    return None
 
 
 def _check_outputs(ns, default: str | None = None) -> None:
@@ -70,23 +33,37 @@ def _check_outputs(ns, default: str | None = None) -> None:
         raise UsageError(f"{exc}" + ("; or give -o PATH" if default and not ns.output else "")) from None
 
 
+def _check_runs_dir(ns) -> None:
+    """``--runs-dir`` of ``watch`` and ``run``, as a sweep's (:func:`tracetui.config.check_runs_dir`)."""
+    from .config import check_runs_dir
+
+    try:
+        check_runs_dir(ns.runs_dir)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def show_main(argv: list[str]) -> int:
     from .analysis import Results
     from .store import read_events
 
+    from .paths import input_file_problem
+
     ns = _show_parser().parse_args(argv)
     for f in ns.files:
-        why = _unreadable(f)
+        why = input_file_problem(f)
+        why = why and why + {"is a FIFO (named pipe), not a file": ": save the events to a file first",
+                             "is a socket, not a file": " (watch it with tracetui watch --socket)"}.get(why, "")
         if why:
             raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
     outputs = Outputs.from_args(ns, ns.files[0])
     _check_outputs(ns, outputs.summary if ns.export else None)
     report = read_events(ns.files)
     if report.skipped:
-        sys.stderr.write(f"tracetui: {report.summary()}\n")
-    results = Results().extend(report.events)
+        say(f"tracetui: {report.summary()}")
+    results = Results(budget=None).extend(report.events)  # (a log read whole: every step exported)
     if not results.runs:
-        sys.stderr.write("tracetui: error: no valid events in " + ", ".join(ns.files) + "\n")
+        say("tracetui: error: no valid events in " + ", ".join(ns.files))
         return EXIT_NONE_OK
     if not ns.export:
         from .tui.app import run_replay
@@ -115,6 +92,7 @@ def watch_main(argv: list[str]) -> int:
     from .store import EventLog
 
     ns = _watch_parser().parse_args(argv)
+    _check_runs_dir(ns)
     _check_outputs(ns)
     path = ns.socket or default_socket_path()
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
@@ -138,7 +116,7 @@ def watch_main(argv: list[str]) -> int:
         raise UsageError(str(exc)) from None
     done = threading.Event()
     signals = StopSignals(stop=done.set)  # Ctrl-C, SIGTERM or an SSH drop (SIGHUP): stop and write
-    sys.stderr.write(f"tracetui: watching {path}; events -> {log.path}; Ctrl-C to stop and write the summary\n")
+    say(f"tracetui: watching {path}; events -> {log.path}; Ctrl-C to stop and write the summary")
     try:
         try:
             while not done.wait(0.5):
@@ -148,9 +126,28 @@ def watch_main(argv: list[str]) -> int:
             log.close()
         if listener.dropped_total:
             say(f"tracetui: {listener.describe_drops()}")
+        line = memory_line(results, str(log.path))
+        if line:
+            say(f"tracetui: {line}")
         return write_and_report(results, outputs, str(log.path), log)
     finally:
         signals.release()
+
+
+def memory_line(results, log_path: str) -> str:
+    """What the summary left out to stay within its memory (:mod:`tracetui.bounded`), in one
+    line, or "": the runs whose steps it took as an even sample, the runs it left out."""
+    thinned = results.thinned()
+    parts = []
+    if thinned:
+        seen = sum(r.steps.seen for r in thinned)
+        held = sum(len(r.steps) for r in thinned)
+        parts.append(f"{len(thinned)} run(s) summarised from an even sample of {held} of their {seen} steps")
+    if results.left_out:
+        parts.append(f"{results.left_out} event(s) of runs that started later left out")
+    if not parts:
+        return ""
+    return f"to stay within its memory, {' and '.join(parts)}; every event is in {log_path}"
 
 
 def _sweep_parser() -> Parser:
@@ -182,7 +179,10 @@ def _run_parser() -> Parser:
         "split and settings, no sweep. Usage: tracetui run -- trl sft ARGS, or -- python train.py ARGS. "
         "The command's output goes to a file beside the events."))
     p.add_argument("--runs-dir", default="tracetui_runs", help="where the events and the command's output go")
-    p.add_argument("--warmup", type=int, default=3, help="optimizer steps measured but not counted")
+    from .config import whole_number
+
+    p.add_argument("--warmup", type=whole_number(0, 1_000_000), default=3,
+                   help="optimizer steps measured but not counted")
     add_output_args(p, answer=True)
     return p
 
@@ -208,6 +208,7 @@ def run_main(argv: list[str]) -> int:
         check_script_exists(cmd)
     except ConfigError as exc:
         raise UsageError(str(exc).replace("sweep:", "run:", 1)) from None
+    _check_runs_dir(ns)
     _check_outputs(ns)
     try:
         run = CommandRun(cmd, ns.runs_dir, ns.warmup)

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .knobs import KNOBS, fmt, knob_named
+from .paths import folder_problem, input_file_problem
+from .text import clean
 from .presets import PRESETS
 from .trial import Trial
 
@@ -32,6 +34,11 @@ SYNTHETIC = ("synthetic", "synthetic-ragged")
 #: (benchmarks/replay_until_confident.py: the same ranking from 0.20-0.22 of four recorded
 #: 100-step sweeps' training time at 5, 0.29-0.31 at 2)
 UNTIL_CONFIDENT_PCT = 5.0
+#: the longest duration a setting may give: a year. Longer is no real stall timeout, and waits
+#: far longer overflow the clocks' timeouts (OverflowError in a thread's wait)
+MAX_SECONDS = 365 * 24 * 3600.0
+#: the longest string a setting may hold (the longest path Linux takes)
+MAX_TEXT = 4096
 
 
 class ConfigError(ValueError):
@@ -57,15 +64,21 @@ def _config_error(cls: type, field_name: str, message: str) -> ConfigError:
 
 
 def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = None, negatable: bool = False,
-            metavar: str | None = None, const: Any = None, show_default: bool = True, append: bool = False) -> Any:
-    """One sweep setting, declared once: its default, type, help and flag. The TOML key, the
-    flag, its coercion and ``--help`` are all derived from this (:func:`add_arguments`,
-    :func:`from_mapping`). ``kind``: the value's type (default: the default's); ``flag``: a
-    flag other than ``--name`` (``--no-probe``); ``negatable``: also ``--no-name``;
-    ``const``: the value of the flag given without one."""
+            metavar: str | None = None, const: Any = None, show_default: bool = True, append: bool = False,
+            low: float | None = None, high: float | None = None, above: float | None = None,
+            below: float | None = None, unit: str = "", example: str = "") -> Any:
+    """One sweep setting, declared once: its default, type, range, help and flag. The TOML key,
+    the flag, its coercion, its checks and ``--help`` are all derived from this
+    (:func:`add_arguments`, :func:`from_mapping`, :func:`check_fields`). ``kind``: the value's
+    type (default: the default's); ``flag``: a flag other than ``--name`` (``--no-probe``);
+    ``negatable``: also ``--no-name``; ``const``: the value of the flag given without one.
+    ``low``/``high``: the least and greatest value allowed, ``above``/``below``: bounds the
+    value must be strictly beyond (what the libraries that take it accept, or what is
+    plausible); ``unit`` and ``example`` go into the one line that refuses a value."""
     kind = kind or type(default)
     meta = dict(help=help, kind=kind, flag=flag, negatable=negatable, metavar=metavar, const=const,
-                show_default=show_default, nullable=default is None, append=append)
+                show_default=show_default, nullable=default is None, append=append, low=low, high=high,
+                above=above, below=below, unit=unit, example=example)
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -79,20 +92,20 @@ class SweepConfig:
                                         ".txt/.csv file")
     dataset_split: str = setting("train", "split of a hub/file data set")
     text_field: str = setting("text", "column holding the text")
-    seq_len: int = setting(256, "tokens per row")
+    seq_len: int = setting(256, "tokens per row", low=1, high=1_000_000)
     effective_batch: list[int] = setting([4], "one or more effective batches, comma-separated", kind=list)
     splits: str = setting("auto", "auto (every MICROxACCUM pair) or a list like 1x4,2x2,4x1", show_default=False)
-    max_micro_batch: int | None = setting(None, "largest micro-batch that auto may choose", kind=int)
-    steps: int = setting(20, "optimizer steps per run")
-    warmup: int = setting(3, "steps measured but not counted")
+    max_micro_batch: int | None = setting(None, "largest micro-batch that auto may choose", kind=int, low=1, high=65536)
+    steps: int = setting(20, "optimizer steps per run", low=1, high=1_000_000)
+    warmup: int = setting(3, "steps measured but not counted", low=0, high=1_000_000, example="3")
     #: two fresh processes per split by default: a run's steps say nothing about how much runs
     #: of the same split differ between processes (up to 40% on an H200 host), and the
     #: intervals and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)
     repeats: int = setting(2, "fresh-process runs of each split, in the order A B C C B A; intervals and verdicts rest on the "
-                              "spread between them (1: intervals cover step noise only)")
-    lora_r: int = setting(16, "LoRA rank")
-    lora_alpha: int = setting(32, "LoRA alpha")
-    lora_dropout: float = setting(0.05, "LoRA dropout")
+                              "spread between them (1: intervals cover step noise only)", low=1, high=1000)
+    lora_r: int = setting(16, "LoRA rank", low=1, high=65536)
+    lora_alpha: int = setting(32, "LoRA alpha", low=1, high=1_000_000)
+    lora_dropout: float = setting(0.05, "LoRA dropout", low=0.0, below=1.0, example="0.05")
     lora_targets: str = setting("all-linear", "all-linear or module names, comma-separated")
     precision: str = setting("auto", "auto (bf16 on a GPU that has it, else fp32), bf16, fp16, fp32")
     activation_checkpointing: bool = setting(False, "recompute activations in backward (saves memory; passed "
@@ -104,7 +117,7 @@ class SweepConfig:
     torch_compile: bool = setting(False, "torch.compile the model (compile time shown apart)", negatable=True)
     padding_free: bool = setting(False, "TRL padding-free batches", negatable=True)
     loss_type: str = setting("nll", "TRL loss_type")
-    dataloader_workers: int = setting(0, "data-loading processes")
+    dataloader_workers: int = setting(0, "data-loading processes", low=0, high=1024)
     pin_memory: bool = setting(True, "pinned host memory for batches", negatable=True)
     optim: str = setting("adamw_torch_fused", "optimizer (transformers' name)")
     qlora: bool = setting(False, "4-bit (NF4) base model: QLoRA; changes the numerics (needs bitsandbytes "
@@ -120,20 +133,32 @@ class SweepConfig:
                                       "while it measured (marked as such everywhere); by default they are held back")
     emit_config: str = setting("", "write the recommendation as a TRL config file that `trl sft --config FILE` "
                                    "reads", metavar="FILE.yaml", show_default=False)
-    lr: float = setting(2e-4, "learning rate")
-    seed: int = setting(42, "seed for weights, LoRA init and data order")
+    lr: float = setting(2e-4, "learning rate", above=0.0, example="2e-4")
+    #: what numpy's seeding takes (transformers' set_seed seeds numpy too): any other seed
+    #: failed in every run
+    seed: int = setting(42, "seed for weights, LoRA init and data order", low=0, high=2**32 - 1)
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
+    #: at most 1 PiB (2**20 GiB): more than any one machine holds, so no real cap is refused, and
+    #: well within the byte counts the CPU's cap takes (setrlimit: 2**63 bytes); 1e300 failed in
+    #: every run
     memory_limit: float | None = setting(None, "cap the memory a run may take: CUDA memory on a GPU, the worker's "
-                                               "data size on the CPU", kind=float, metavar="GiB")
+                                               "data size on the CPU", kind=float, metavar="GiB", above=0.0,
+                                         high=float(2**20), unit="GiB", example="16")
+    #: no GPU's dense peak is near a million TFLOP/s: a value past it is a typo
+    peak_tflops: float | None = setting(None, "the GPU's dense peak for the precision that runs, to measure MFU "
+                                              "against (default: tracetui's table of GPUs)", kind=float,
+                                        metavar="TFLOP/s", above=0.0, high=1e6, example="989")
     runs_dir: str = setting("tracetui_runs", "where event logs go")
-    sample_hz: float = setting(10.0, "GPU samples per second")
+    sample_hz: float = setting(10.0, "GPU samples per second", above=0.0, high=100.0, example="10")
     probe: bool = setting(True, "train without the probe's hooks (for overhead measurements)", flag="--no-probe",
                           show_default=False)
     until_confident: float | None = setting(
         None, "stop a split once its median step time is known to within PCT%% (default 5), or once its "
               "interval is clear of every split measured before it (cheapest split first); --steps is then "
-              "the most steps a split may take", kind=float, metavar="PCT", const=UNTIL_CONFIDENT_PCT)
-    min_steps: int = setting(10, "measured steps before --until-confident may stop")
+              "the most steps a split may take", kind=float, metavar="PCT", const=UNTIL_CONFIDENT_PCT,
+        above=0.0, below=100.0, example="5 (stop once the median is known to within 5%)")
+    min_steps: int = setting(10, "measured steps before --until-confident may stop", low=2, high=1_000_000,
+                             example="10")
     search: bool = setting(False, "search for the fastest split rather than run every one: memory probes, the "
                                   "largest micro-batch predicted to fit, its neighbours (the default above 6 runs)")
     grid: bool = setting(False, "run every split (the reference the search is checked against)")
@@ -142,16 +167,17 @@ class SweepConfig:
     gpus: str = setting("", "run different splits at the same time, one run per GPU", metavar="0,1,...",
                         show_default=False)
     nproc_per_node: int = setting(1, "launch each run with torchrun as DDP over N processes; a split is then "
-                                     "MICRO x ACCUM x world", metavar="N")
-    nnodes: int = setting(1, "torchrun: number of machines")
-    node_rank: int = setting(0, "torchrun: this machine's rank")
+                                     "MICRO x ACCUM x world", metavar="N", low=1, high=1024)
+    nnodes: int = setting(1, "torchrun: number of machines", low=1, high=65536)
+    node_rank: int = setting(0, "torchrun: this machine's rank", low=0, high=65535)
     rdzv_endpoint: str = setting("", "torchrun: rendezvous endpoint", metavar="HOST:PORT", show_default=False)
     head_start: bool = setting(True, "start each next run of a grid while the one before takes its warm-up "
                                      "steps; built, it waits for its turn (never a start beside a measured "
                                      "step): a sweep pays about one run's start", negatable=True)
     stall_timeout: float | None = setting(
         None, "stop a run as stalled after SECONDS without progress (default: 10x its median step, at least "
-              "60 s; before its first step at least 600 s)", kind=float, metavar="SECONDS")
+              "60 s; before its first step at least 600 s)", kind=float, metavar="SECONDS", above=0.0,
+        high=MAX_SECONDS, unit="seconds", example="300")
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -235,7 +261,7 @@ def parse_vary(items: list[str]) -> dict[str, list[Any]]:
 
 def parse_split(text: str) -> Trial:
     parts = text.strip().lower().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.strip().isdecimal() for p in parts):
         raise ConfigError("--splits", f"{text.strip()!r} is not MICROxACCUM",
                           "write splits like 1x4,2x2,4x1 or use auto")
     mb, ga = (int(p) for p in parts)
@@ -341,14 +367,63 @@ def _vary_items(value: Any) -> list[str]:
                       'write vary = ["attn_implementation=sdpa,eager"] or [sweep.vary] attn_implementation = ["sdpa", "eager"]')
 
 
+#: a config file longer than this is no sweep's settings (and is not read into memory)
+MAX_TOML_BYTES = 1 << 20
+#: arrays and inline tables nested deeper than this are refused before parsing (the parser
+#: recurses: 500 deep was a RecursionError traceback); a sweep's settings nest two deep
+MAX_TOML_DEPTH = 16
+
+
+def toml_depth(text: str) -> int:
+    """How deep ``text``'s arrays and inline tables nest (``[`` and ``{`` outside strings and
+    comments; a table header counts one). Linear, no recursion, whatever the text."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "#":
+            nl = text.find("\n", i)
+            i = n if nl < 0 else nl
+            continue
+        if ch in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else ch
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                j += 2 if quote[0] == '"' and text[j] == "\\" else 1
+            i = j + len(quote)
+            continue
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
+
+
 def load_toml(path: str) -> dict[str, Any]:
+
+    why = input_file_problem(path)
+    if why:
+        raise ConfigError("--config", f"{path} {why}", "give the path of a TOML file")
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("--config", f"{path} does not exist", "give the path of a TOML file")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("--config", f"{path} is not valid TOML ({exc})",
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_TOML_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError("--config", f"{path} cannot be read ({exc.strerror})", "give a readable TOML file") from None
+    if len(raw) > MAX_TOML_BYTES:
+        raise ConfigError("--config", f"{path} is over {MAX_TOML_BYTES >> 20} MiB, too large for a sweep's settings",
+                          "give the TOML file of the sweep's settings")
+    try:
+        text = raw.decode("utf-8")
+        if toml_depth(text) > MAX_TOML_DEPTH:
+            raise ConfigError("--config", f"{path} nests arrays or tables more than {MAX_TOML_DEPTH} deep",
+                              "a sweep's settings nest at most two deep: fix the file")
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        why = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise ConfigError("--config", f"{path} is not valid TOML ({why})",
                           "fix the file's syntax") from None
     # Settings sit at the top level or under [sweep], not both: a key beside [sweep] would be
     # silently ignored, and a table of another name (a misspelt [swep]) holds nothing tracetui reads.
@@ -400,46 +475,127 @@ def check_sources(cfg: SweepConfig) -> None:
                               "use .json, .jsonl, .parquet, .txt or .csv")
 
 
+def shown(value: Any, limit: int = 40) -> str:
+    """``value`` as a refusal quotes it: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _num(x: float) -> str:
+    """A bound as written in a refusal: ``4294967295``, ``1048576``, ``0.05``."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+def out_of_range(value: float, meta: dict) -> str | None:
+    """Why ``value`` is outside the range ``meta`` declares (:func:`setting`), in words, or None."""
+    low, high, above, below, unit = (meta.get(k) for k in ("low", "high", "above", "below", "unit"))
+    num = _num(value) if isinstance(value, float) else shown(value)
+    if above is not None and not value > above:
+        if above == 0:
+            return f"must be a positive number of {unit}, got {num}" if unit else f"must be positive, got {num}"
+        return f"must be more than {_num(above)}, got {num}"
+    if low is not None and value < low:
+        return f"must be at least {_num(low)}, got {num}"
+    if below is not None and not value < below:
+        return f"{num} is not below {_num(below)}"
+    if high is not None and value > high:
+        return f"{num} is above {_num(high)}" + (f" {unit}" if unit else "") + ", the most it may be"
+    return None
+
+
+def range_words(meta: dict) -> str:
+    """The range ``meta`` declares, as a fix: ``give a value from 0 to 4294967295``."""
+    low = meta.get("low") if meta.get("low") is not None else meta.get("above")
+    high = meta.get("high") if meta.get("high") is not None else meta.get("below")
+    if meta.get("example"):
+        return f"give e.g. {meta['example']}"
+    if low is not None and high is not None:
+        return f"give a value from {_num(low)} to {_num(high)}"
+    return f"give at least {_num(low)}" if low is not None else f"give at most {_num(high)}" if high is not None else ""
+
+
+def whole_number(low: int, high: int):
+    """An argparse ``type`` for a flag outside the sweep's settings (``--project-steps``, ``run
+    --warmup``): a whole number from ``low`` to ``high``, else one line naming the flag."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number; give e.g. {max(low, 3)}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {shown(value)}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+#: the most optimizer steps ``--project-steps`` may project (a billion: beyond any training run;
+#: 1 followed by 400 zeros overflowed the projection's float after the sweep)
+MAX_PROJECT_STEPS = 10**9
+
+
+def range_help(meta: dict) -> str:
+    """The range ``meta`` declares, for ``--help``: `` (at least 0, at most 4294967295)``."""
+    parts = ([f"at least {_num(meta['low'])}"] if meta.get("low") is not None else
+             [f"above {_num(meta['above'])}"] if meta.get("above") is not None else [])
+    parts += ([f"at most {_num(meta['high'])}"] if meta.get("high") is not None else
+              [f"below {_num(meta['below'])}"] if meta.get("below") is not None else [])
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def check_value(name: str, value: Any, flag: str | None = None) -> None:
+    """``value`` for setting ``name``, by its declaration: a string of printable characters of
+    at most :data:`MAX_TEXT`, a number in its declared range. A :class:`ConfigError` naming
+    ``flag`` (default: the setting's) if not."""
+    meta = SweepConfig.__dataclass_fields__[name].metadata
+    flag = flag or "--" + name.replace("_", "-")
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            raise ConfigError(flag, f"is {len(value)} characters long", f"give at most {MAX_TEXT}")
+        if not value.isprintable():
+            from .text import clean
+
+            bad = next(ch for ch in value if not ch.isprintable())
+            raise ConfigError(flag, f"{shown(value)} holds a character that is not printable ({clean(bad)})",
+                              "give plain text")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and meta["kind"] in (int, float):
+        why = out_of_range(value, meta)
+        if why:
+            raise ConfigError(flag, why, range_words(meta))
+
+
+def check_fields(cfg: SweepConfig) -> None:
+    """Every setting of ``cfg`` and every value it varies, checked against its declaration
+    (:func:`check_value`): one pass, derived from the declarations in :class:`SweepConfig`."""
+    for f in fields(SweepConfig):
+        value = getattr(cfg, f.name)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None and f.name != "effective_batch":
+                check_value(f.name, item)
+    for name, values in cfg.varied().items():
+        for v in values:
+            check_value(name, v, "--vary")
+
+
 def validate(cfg: SweepConfig) -> list[Trial]:
     """Check everything that needs no heavy import. Return the splits to run."""
+    check_fields(cfg)
     check_sources(cfg)
-    for name in ("seq_len", "steps", "repeats", "lora_r", "lora_alpha"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError("--" + name.replace("_", "-"), f"must be at least 1, got {getattr(cfg, name)}",
-                              "give a positive whole number")
-    if cfg.seq_len > 1_000_000:
-        raise ConfigError("--seq-len", f"{cfg.seq_len} is implausibly long", "give at most 1000000")
-    if cfg.warmup < 0:
-        raise ConfigError("--warmup", f"must be 0 or more, got {cfg.warmup}", "give e.g. --warmup 3")
     if cfg.warmup >= cfg.steps:
         raise ConfigError("--warmup", f"{cfg.warmup} leaves no measured step out of --steps {cfg.steps}",
                           "make --warmup smaller than --steps")
-    if cfg.steps > 1_000_000:
-        raise ConfigError("--steps", f"{cfg.steps} is too many", "give at most 1000000")
-    if not 0.0 <= cfg.lora_dropout < 1.0:
-        raise ConfigError("--lora-dropout", f"{cfg.lora_dropout} is outside [0, 1)", "give e.g. 0.05")
-    if not (cfg.lr > 0):
-        raise ConfigError("--lr", f"must be positive, got {cfg.lr}", "give e.g. 2e-4")
     if cfg.precision not in PRECISIONS:
         raise ConfigError("--precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}",
                           "pick one of those")
     dev = cfg.device
-    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdecimal())):
         raise ConfigError("--device", f"{dev!r} is not auto, cpu, cuda or cuda:N", "pick one of those")
     if dev == "cpu" and cfg.precision == "fp16":
         raise ConfigError("--precision", "fp16 training needs a GPU", "use fp32 or bf16 on --device cpu")
-    if cfg.memory_limit is not None and not (cfg.memory_limit > 0):
-        raise ConfigError("--memory-limit", f"must be a positive number of GiB, got {cfg.memory_limit}",
-                          "give e.g. --memory-limit 16")
-    if cfg.max_micro_batch is not None and cfg.max_micro_batch < 1:
-        raise ConfigError("--max-micro-batch", f"must be at least 1, got {cfg.max_micro_batch}",
-                          "give a positive whole number")
+    if dev.startswith("cuda:") and int(dev[5:]) > 1023:
+        raise ConfigError("--device", f"{dev} names no GPU a machine has", "give cuda:N with N the GPU's index")
     if cfg.until_confident is not None:
-        if not (0 < cfg.until_confident < 100):
-            raise ConfigError("--until-confident", f"{cfg.until_confident} is not a percentage in (0, 100)",
-                              "give e.g. 5 (stop once the median is known to within 5%)")
-        if cfg.min_steps < 2:
-            raise ConfigError("--min-steps", f"must be at least 2, got {cfg.min_steps}", "give e.g. 10")
         if cfg.world_size > 1:
             raise ConfigError("--until-confident", "cannot stop data-parallel runs early (every rank would have to "
                               "agree on each step)", "drop it, or measure with --nproc-per-node 1")
@@ -457,26 +613,25 @@ def validate(cfg: SweepConfig) -> list[Trial]:
                           "drop one of the two")
     if cfg.search and cfg.world_size > 1:
         raise ConfigError("--search", "does not search data-parallel runs yet", "use --grid with --nproc-per-node")
-    if cfg.stall_timeout is not None and not (cfg.stall_timeout > 0):
-        raise ConfigError("--stall-timeout", f"must be a positive number of seconds, got {cfg.stall_timeout}", "give e.g. 300")
-    if not (0 < cfg.sample_hz <= 100):
-        raise ConfigError("--sample-hz", f"{cfg.sample_hz} is outside (0, 100]", "give e.g. 10")
     if not cfg.lora_targets.strip():
         raise ConfigError("--lora-targets", "is empty", "give all-linear or e.g. q_proj,v_proj")
     if not cfg.text_field.strip():
         raise ConfigError("--text-field", "is empty", "name the column that holds the text")
-    for name in ("nproc_per_node", "nnodes"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError("--" + name.replace("_", "-"), f"must be at least 1, got {getattr(cfg, name)}",
-                              "give a positive whole number")
     if not 0 <= cfg.node_rank < cfg.nnodes:
         raise ConfigError("--node-rank", f"{cfg.node_rank} is not below --nnodes {cfg.nnodes}", "give 0 .. nnodes-1")
     if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
         raise ConfigError("--rdzv-endpoint", "is needed with --nnodes above 1", "give HOST:PORT of the rendezvous")
+    if cfg.rdzv_endpoint:
+        host, sep, port = cfg.rdzv_endpoint.rpartition(":")
+        if not (sep and host and port.isdecimal() and 0 < int(port) < 65536):
+            raise ConfigError("--rdzv-endpoint", f"{shown(cfg.rdzv_endpoint)} is not HOST:PORT",
+                              "give e.g. 10.0.0.1:29500 (a port from 1 to 65535)")
     try:
         gpus = cfg.gpu_list()
     except ValueError:
-        raise ConfigError("--gpus", f"{cfg.gpus!r} is not a list of GPU indices", "give e.g. 0,1") from None
+        raise ConfigError("--gpus", f"{shown(cfg.gpus)} is not a list of GPU indices", "give e.g. 0,1") from None
+    if any(g > 1023 for g in gpus):
+        raise ConfigError("--gpus", f"{shown(cfg.gpus)} names a GPU index no machine has", "give e.g. 0,1")
     if len(set(gpus)) != len(gpus) or any(g < 0 for g in gpus):
         raise ConfigError("--gpus", f"{cfg.gpus!r} repeats or has a negative index", "give each GPU once, e.g. 0,1")
     if gpus and cfg.device == "cpu":
@@ -559,9 +714,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         m = f.metadata
         flag = m["flag"] or "--" + f.name.replace("_", "-")
         default = f.default if f.default is not MISSING else f.default_factory()
-        shown = ",".join(map(str, default)) if isinstance(default, list) else default
-        help_text = m["help"] + (f" (default {shown})" if m["show_default"] and default is not None
-                                 and m["kind"] is not bool else "")
+        given = ",".join(map(str, default)) if isinstance(default, list) else default
+        help_text = m["help"] + (f" (default {given})" if m["show_default"] and default is not None
+                                 and m["kind"] is not bool else "") + range_help(m)
         if m["kind"] is bool:
             if m["flag"]:  # a switch that turns a default-on setting off
                 g.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
@@ -619,3 +774,118 @@ def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
     if cfg.warmup < 2:
         return f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
     return ""
+
+
+# ---- environment variables -------------------------------------------------------------------
+@dataclass(frozen=True)
+class EnvVar:
+    """One ``TRACETUI_*`` variable tracetui reads, declared once like a setting: its type and
+    range; ``by_tracetui``: set by tracetui for the processes it starts (a user has no reason to
+    set it, and one left in a shell is refused all the same)."""
+
+    name: str
+    help: str
+    kind: str = "str"  # str, int, float, json, choice, rule (PCT:MIN_STEPS) or flag (any value: set or not)
+    low: float | None = None
+    high: float | None = None
+    max_len: int = MAX_TEXT
+    by_tracetui: bool = False
+    choices: tuple[str, ...] = ()
+    #: the fix the one line gives, where the general one would say less
+    fix: str = ""
+
+
+#: every TRACETUI_* variable tracetui reads (a test checks that the code reads no other)
+ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
+    # a UNIX socket's path holds at most 107 bytes (sun_path)
+    EnvVar("TRACETUI_SOCKET", "the socket `watch` listens on and TraceCallback sends to", max_len=107),
+    EnvVar("TRACETUI_WARMUP", "TraceCallback's warm-up steps", "int", low=0, high=1_000_000),
+    # a misspelt one (forksever) would quietly start fresh interpreters
+    EnvVar("TRACETUI_START", "how trials start", "choice", choices=("forkserver", "spawn"),
+           fix="unset it (the fork server, on Linux), or set spawn for fresh interpreters"),
+    EnvVar("TRACETUI_PRELOAD_OPTIONAL", "whether the fork server imports the optional packages", "choice",
+           choices=("0", "1"), fix="set 1 to let the fork server import them, or unset it"),
+    # a run id is at most 200 characters (tracetui.events)
+    EnvVar("TRACETUI_RUN_ID", "the run id TraceCallback reports under", max_len=200),
+    EnvVar("TRACETUI_OWNER_PID", "the tracetui process a trial dies with", "int", low=1, high=2**22,
+           by_tracetui=True),
+    EnvVar("TRACETUI_STARTED_AT", "when the sweep started a script's process (unix seconds)", "float", low=0,
+           by_tracetui=True),
+    EnvVar("TRACETUI_UNTIL_CONFIDENT", "--until-confident for a swept script", "rule", by_tracetui=True),
+    EnvVar("TRACETUI_REFERENCES", "the intervals of the splits measured before a swept script's run", "json",
+           max_len=1 << 20, by_tracetui=True),
+    EnvVar("TRACETUI_VARIED", "the varied settings of a swept script's trial", "json", max_len=1 << 20,
+           by_tracetui=True),
+    EnvVar("TRACETUI_TRIAL", "a process of a sweep", "flag", by_tracetui=True),
+    EnvVar("TRACETUI_HEAD_STARTS", "a run that may have the next one built beside it", "flag", by_tracetui=True),
+    EnvVar("TRACETUI_USER_NVML_CHECK", "the user's own NVML setting, kept for trials", "flag", by_tracetui=True),
+)}
+
+
+def env_value(name: str, environ: Any = None) -> Any:
+    """Variable ``name`` read and checked by its declaration (:data:`ENVIRONMENT`): its value,
+    or None when unset or empty; a :class:`ConfigError` naming it when the value is bad."""
+    import json
+
+    var = ENVIRONMENT[name]
+    raw = (os.environ if environ is None else environ).get(name)
+    if not raw:
+        return None
+    want = {"int": "a whole number", "float": "a number", "json": "JSON",
+            "rule": "PCT:MIN_STEPS (e.g. 5:10)"}.get(var.kind, "text")
+    fix = var.fix or ("unset it (tracetui sets it for the processes it starts)" if var.by_tracetui
+                      else f"give {want} ({var.help}), or unset it")
+    if var.kind == "flag":
+        return raw
+    if var.kind == "choice":
+        if raw not in var.choices:
+            said = (f"neither {var.choices[0]} nor {var.choices[1]}" if len(var.choices) == 2
+                    else f"not one of {', '.join(var.choices)}")
+            raise ConfigError(name, f"{shown(raw)} is {said}", fix)
+        return raw
+    if len(raw) > var.max_len:
+        raise ConfigError(name, f"is {len(raw)} characters long, over the {var.max_len} it may be", fix)
+    if var.kind != "json" and not raw.isprintable():
+        raise ConfigError(name, f"{shown(raw)} holds a character that is not printable", fix)
+    try:
+        if var.kind == "int":
+            value: Any = int(raw.strip())
+        elif var.kind == "float":
+            value = float(raw.strip())
+            if not math.isfinite(value):
+                raise ValueError
+        elif var.kind == "json":
+            value = json.loads(raw)
+        elif var.kind == "rule":
+            pct, least = raw.split(":")
+            value = (float(pct), int(least))
+            if not (0 < value[0] < 100 and 2 <= value[1] <= 1_000_000):
+                raise ValueError
+        else:
+            value = raw
+    except (ValueError, RecursionError):
+        raise ConfigError(name, f"{shown(raw)} is not {want}", fix) from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        why = out_of_range(value, {"low": var.low, "high": var.high})
+        if why:
+            raise ConfigError(name, why, fix)
+    if name == "TRACETUI_SOCKET" and len(raw.encode("utf-8", "surrogateescape")) > var.max_len:
+        raise ConfigError(name, f"is over the {var.max_len} bytes a UNIX socket path may have",
+                          "give a shorter path")
+    return value
+
+
+def check_environment(environ: Any = None) -> None:
+    """Every ``TRACETUI_*`` variable that is set, checked before anything runs (the processes a
+    command starts inherit them): the first bad one as a :class:`ConfigError`."""
+    for name in ENVIRONMENT:
+        env_value(name, environ)
+
+
+def check_runs_dir(path: str, flag: str = "--runs-dir") -> None:
+    """``--runs-dir`` (every subcommand) before anything starts: a folder this process can
+    write into, made if missing; else one line naming the flag (:class:`ConfigError`)."""
+    why = folder_problem(path)
+    if why:
+        raise ConfigError(flag, f"{clean(path)} {why}", "give a folder you can write, or leave it out "
+                          "(default tracetui_runs)")

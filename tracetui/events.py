@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .phases import PHASES
+
 SCHEMA_VERSION = 1
 
 RUN_STARTED = "run_started"
@@ -53,6 +55,8 @@ _NONE = type(None)
 OBJ = "object"
 #: a list of finite numbers
 NUMS = "numbers"
+#: a list of [rows, length] pairs of whole numbers (each micro-batch's input shape)
+SHAPES = "shapes"
 
 # Required fields per event type: name -> accepted python types (or OBJ / NUMS).
 _REQUIRED: dict[str, dict[str, tuple[Any, ...]]] = {
@@ -78,11 +82,16 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         "mode": (str,), "max_steps": (int, _NONE), "varied": (OBJ,), "why": (str,),
     },
     STEP: {
-        "host_ms": _NUM, "data_ms": _NUM, "optimizer_ms": _NUM, "other_ms": _NUM,
-        "forward_ms": (NUMS,), "backward_ms": (NUMS,), "loss": _NUM + (_NONE,),
+        **{p.field: (NUMS,) if p.per_micro else _NUM for p in PHASES},  # declared once (phases.py)
+        "host_ms": _NUM, "loss": _NUM + (_NONE,),
         "tokens": (int, _NONE), "samples": (int, _NONE), "peak_mem_gib": _NUM + (_NONE,),
         "rank": (int,), "t_end": _NUM, "backward_sync_ms": _NUM, "backward_nosync_ms": _NUM,
         "comm_est_ms": _NUM, "unprobed": (bool,),
+        # what the step trained on (tracetui.probe.callback): a fingerprint of its rows (the same rows give
+        # the same fingerprint whatever the split), each micro-batch's [rows, length] as it ran (padding
+        # included), the positions the loss scored, and the query-key pairs attention spanned
+        "fingerprint": (str,), "micro_shapes": (SHAPES,), "scored_tokens": (int, _NONE),
+        "token_pairs": (int, _NONE),
     },
     GPU: {
         "power_w": _NUM + (_NONE,),
@@ -111,7 +120,8 @@ _NESTED: dict[str, dict[str, tuple[Any, ...]]] = {
 
 #: integer fields that must be at least this (a split of micro-batch 0 means nothing)
 _AT_LEAST = {"micro_batch": 1, "grad_accum": 1, "world_size": 1, "effective_batch": 1, "step": 0,
-             "rank": 0, "gpu_index": 0, "gpu": 0, "repeat": 0, "tokens": 0, "samples": 0}
+             "rank": 0, "gpu_index": 0, "gpu": 0, "repeat": 0, "tokens": 0, "samples": 0,
+             "scored_tokens": 0, "token_pairs": 0}
 
 #: a split label as tracetui writes them (``2x2``, ``2x2x4``): no markup, no control characters
 _LABEL = re.compile(r"[A-Za-z0-9._#@:+=, -]{1,120}")
@@ -119,7 +129,8 @@ _LABEL = re.compile(r"[A-Za-z0-9._#@:+=, -]{1,120}")
 #: how deep unlisted fields and nested objects may go (JSON objects/lists inside each other)
 _MAX_DEPTH = 4
 _TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true/false",
-               _NONE: "null", OBJ: "an object of plain values", NUMS: "a list of numbers"}
+               _NONE: "null", OBJ: "an object of plain values", NUMS: "a list of numbers",
+               SHAPES: "a list of [rows, length] pairs"}
 
 
 class SchemaError(ValueError):
@@ -153,6 +164,11 @@ def _matches(value: Any, types: tuple[Any, ...]) -> bool:
                 return True
         elif t is NUMS:
             if isinstance(value, list) and all(_finite(x) for x in value):
+                return True
+        elif t is SHAPES:
+            if isinstance(value, list) and len(value) <= 100_000 and all(
+                    isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                and x >= 0 for x in p) for p in value):
                 return True
         elif t is bool:
             if isinstance(value, bool):

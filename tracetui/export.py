@@ -8,14 +8,15 @@ from typing import Any, Iterable
 from .events import dumps
 from .analysis import Results
 from .columns import CSV_KEYS
+from .phases import FIELDS, PHASES
+from .text import clean
 
 #: declared in :mod:`tracetui.columns`, with the monitor's table
 SUMMARY_COLUMNS = list(CSV_KEYS)
 
-STEP_COLUMNS = [
-    "run_id", "split", "rank", "step", "warmup", "wall_ms", "host_ms", "data_ms", "forward_ms", "backward_ms",
-    "optimizer_ms", "other_ms", "loss", "tokens", "samples", "peak_mem_gib", "forward_ms_each", "backward_ms_each",
-]
+#: a phase measured per micro-batch has its step's sum and, in ``<phase>_ms_each``, each value
+STEP_COLUMNS = (["run_id", "split", "rank", "step", "warmup", "wall_ms", "host_ms"] + list(FIELDS)
+                + ["loss", "tokens", "samples", "peak_mem_gib"] + [f"{p.field}_each" for p in PHASES if p.per_micro])
 
 
 def _cell(v: Any) -> Any:
@@ -32,7 +33,9 @@ _BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 def _field(v: Any) -> str:
-    s = str(_cell(v))
+    # what a field quotes from outside (a message, a GPU name) is one line of printable text,
+    # whatever reads the file (a terminal given `cat`); quoted below all the same
+    s = clean(_cell(v))
     if "," in s or '"' in s or not _BREAKS.isdisjoint(s):
         return '"' + s.replace('"', '""') + '"'
     return s
@@ -64,13 +67,17 @@ def steps_csv(results: Results) -> str:
     def lines():
         for run in results.runs.values():
             for s in run.steps:
-                fw, bw = s.get("forward_ms") or [], s.get("backward_ms") or []
-                yield {"run_id": run.run_id, "split": run.label, "rank": s.get("rank", 0), "step": s["step"],
-                       "warmup": s["warmup"], "wall_ms": s["wall_ms"], "host_ms": s.get("host_ms"),
-                       "data_ms": s.get("data_ms"), "forward_ms": float(sum(fw)), "backward_ms": float(sum(bw)),
-                       "optimizer_ms": s.get("optimizer_ms"), "other_ms": s.get("other_ms"), "loss": s.get("loss"),
-                       "tokens": s.get("tokens"), "samples": s.get("samples"), "peak_mem_gib": s.get("peak_mem_gib"),
-                       "forward_ms_each": " ".join(f"{x:.3f}" for x in fw),
-                       "backward_ms_each": " ".join(f"{x:.3f}" for x in bw)}
+                line = {"run_id": run.run_id, "split": run.label, "rank": s.get("rank", 0), "step": s["step"],
+                        "warmup": s["warmup"], "wall_ms": s["wall_ms"], "host_ms": s.get("host_ms"),
+                        "loss": s.get("loss"), "tokens": s.get("tokens"), "samples": s.get("samples"),
+                        "peak_mem_gib": s.get("peak_mem_gib")}
+                for p in PHASES:
+                    if p.per_micro:
+                        each = s.get(p.field) or []
+                        line[p.field] = float(sum(each))
+                        line[f"{p.field}_each"] = " ".join(f"{x:.3f}" for x in each)
+                    else:
+                        line[p.field] = s.get(p.field)
+                yield line
 
     return csv_text(STEP_COLUMNS, lines())

@@ -90,13 +90,15 @@ class Outputs:
 
     def __init__(self, summary: str, fmt: str = "csv", *, steps: str | None = None, emit_config: str | None = None,
                  force: bool = False, project_steps: int | None = None, policy: Policy = Policy(),
-                 cfg=None, cmd: list[str] | None = None):
+                 cfg=None, cmd: list[str] | None = None, peak_tflops: float | None = None):
         self.summary = summary
         self.fmt = fmt
         self.steps = steps
         self.emit_config = emit_config or None
         self.force = force
         self.project_steps = project_steps
+        #: the peak MFU is measured against (``--peak-tflops``), else the table's
+        self.peak_tflops = peak_tflops
         self.policy = policy
         #: the sweep's settings (for the emitted config of a built-in sweep)
         self.cfg = cfg
@@ -114,14 +116,14 @@ class Outputs:
         out = cls(getattr(ns, "output", None) or default_output(events_path, fmt), fmt,
                   steps=getattr(ns, "steps_csv", None), emit_config=getattr(source, "emit_config", None),
                   force=bool(getattr(ns, "force", False)), project_steps=getattr(ns, "project_steps", None),
-                  policy=Policy.of(source), cfg=cfg, cmd=cmd)
+                  policy=Policy.of(source), cfg=cfg, cmd=cmd, peak_tflops=getattr(source, "peak_tflops", None))
         out.explicit = bool(getattr(ns, "output", None) or out.steps or out.emit_config)
         return out
 
     # ---- the answer ----------------------------------------------------------------------------
     def rows(self, results: Results) -> list[dict]:
         """The summary rows, each marked ``recommended`` as the answer recommends it."""
-        rows = summarise(results, self.project_steps)
+        rows = summarise(results, self.project_steps, peak_tflops=self.peak_tflops)
         best = {id(r) for r in recommended_rows(rows, self.policy)}
         for r in rows:
             r["recommended"] = id(r) in best

@@ -50,6 +50,8 @@ class TrialResult:
     walls_ms: list[float] = field(default_factory=list)
     peak_mem_gib: float | None = None
     message: str = ""
+    #: the measured steps as pairing reads them (:data:`tracetui.analysis.StepKey`), beside ``walls_ms``
+    steps: list[tuple] = field(default_factory=list)
 
     @property
     def trial(self) -> Trial:
@@ -148,6 +150,9 @@ class Measured:
         self._spec: dict[str, RunSpec] = {}
         self._walls: dict[Trial, list[float]] = {}
         self._run_walls: dict[str, list[float]] = {}
+        #: (step, fingerprint, wall ms) of each trial's measured steps, and of each run's
+        self._steps: dict[Trial, list[tuple]] = {}
+        self._run_steps: dict[str, list[tuple]] = {}
         self._peak: dict[str, float] = {}
         self.stages: dict[str, dict[str, float]] = {}
 
@@ -169,31 +174,44 @@ class Measured:
             return
         self._walls.setdefault(spec.trial, []).append(float(event["wall_ms"]))
         self._run_walls.setdefault(rid, []).append(float(event["wall_ms"]))
+        key = (int(event["step"]), event.get("fingerprint"), float(event["wall_ms"]))
+        self._steps.setdefault(spec.trial, []).append(key)
+        self._run_steps.setdefault(rid, []).append(key)
 
     def result(self, spec: RunSpec, status: str, message: str = "") -> TrialResult:
         return TrialResult(spec, status, list(self._run_walls.get(spec.run_id, [])),
-                           self._peak.get(spec.run_id), message)
+                           self._peak.get(spec.run_id), message, list(self._run_steps.get(spec.run_id, [])))
 
-    def references(self, trial: Trial, least: int) -> list[tuple[float, float]]:
-        """Intervals of the other trials of ``trial``'s effective batch with ``least`` steps."""
+    def references(self, trial: Trial, least: int) -> list[tuple]:
+        """Intervals of the other trials of ``trial``'s effective batch with ``least`` steps; each
+        with those steps too where they carry row fingerprints (the stopping rule then compares
+        step by step: :func:`tracetui.analysis.settled`)."""
         from .analysis import SETTLE_Z, enough_for_interval, settle_interval
 
-        return [settle_interval(w) for t, w in self._walls.items()
-                if t != trial and t.effective_batch == trial.effective_batch and len(w) >= least
-                and enough_for_interval(len(w), SETTLE_Z)]
+        out = []
+        for t, w in self._walls.items():
+            if t != trial and t.effective_batch == trial.effective_batch and len(w) >= least \
+                    and enough_for_interval(len(w), SETTLE_Z):
+                steps = self._steps.get(t, [])
+                paired = steps and all(fp for _, fp, _ in steps)
+                out.append((*settle_interval(w), [list(k) for k in steps]) if paired else settle_interval(w))
+        return out
 
 
 def dry_run_lines(planner: Planner, cfg, what: Callable[[Decision], str] | None = None) -> list[str]:
     """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides.
     ``what``: the end of a run's line (default: its steps and model; a script sweep's: its
     command)."""
+    from .text import clean
+
     preview = planner.preview()
     if preview is None:
-        return [f"{planner.name}: runs are decided as it goes"] + planner.notes()
+        return [clean(line) for line in [f"{planner.name}: runs are decided as it goes"] + planner.notes()]
     if what is None:
         steps = f"{'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps"
         what = lambda _d: f", {steps}, {cfg.model}"  # noqa: E731
-    return [f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
-            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + ")" + what(d)
+    # (they quote the model, the varied values and the script's command: one printable line each)
+    return [clean(f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
+            + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + ")" + what(d))
             for n, d in enumerate(preview, 1)]
 

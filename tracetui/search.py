@@ -15,8 +15,10 @@ The seed's advice, made a planner (:class:`SearchPlanner`, on :mod:`tracetui.pla
    predicted to fit the card (or ``--memory-limit``) with 10% headroom (the recommendation's).
 3. **Walk to the neighbours** among the divisors: the next larger (if predicted to fit) and the
    next smaller, and go on in a direction only while each step there was clearly faster.
-   "Clearly" is :mod:`tracetui.analysis`'s ``--until-confident`` notion: the 97.5% median
-   intervals (:func:`~tracetui.analysis.settle_interval`) apart; with too few steps for an
+   "Clearly" is :mod:`tracetui.analysis`'s ``--until-confident`` notion: where the two splits'
+   steps trained on the same rows (their fingerprints agree step by step), the 97.5% interval of
+   the median step-by-step ratio clear of 1; else the 97.5% median intervals
+   (:func:`~tracetui.analysis.settle_interval`) apart; with too few steps for an
    interval, a difference above :data:`RESOLUTION` (the spread of fresh processes on an H200).
    A smaller micro-batch is never faster per row than a larger one unless the larger thrashes,
    which is what the walk down checks; so once the best's neighbours are measured, no untried
@@ -40,7 +42,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .analysis import PROBE_WHY, SETTLE_Z, enough_for_interval, predicted_text, settle_interval
+from .analysis import (PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios, predicted_text,
+                       settle_interval)
 from .knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from .trial import Trial
@@ -255,11 +258,19 @@ class SearchPlanner(Planner):
     def _walls(self, t: Trial) -> list[float]:
         return [w for r in self.outcome.get(t, []) if r.status == "ok" for w in r.walls_ms]
 
+    def _steps(self, t: Trial) -> list[tuple]:
+        return [k for r in self.outcome.get(t, []) if r.status == "ok" for k in r.steps]
+
     def clearly_faster(self, fast: Trial, slow: Trial) -> bool:
-        """Whether ``fast``'s step is shorter than ``slow``'s by more than the measurement resolves."""
+        """Whether ``fast``'s step is shorter than ``slow``'s by more than the measurement resolves:
+        step by step where their steps trained on the same rows (the 97.5% interval of the median
+        log ratio above 0, :func:`~tracetui.analysis.paired_log_ratios`), else by their intervals."""
         a, b = self._walls(fast), self._walls(slow)
         if not a or not b:
             return False
+        d, _why = paired_log_ratios(self._steps(fast), self._steps(slow))
+        if d and enough_for_interval(len(d), SETTLE_Z):
+            return order_stat_ci(sorted(d), SETTLE_Z)[0] > 0
         if enough_for_interval(len(a), SETTLE_Z) and enough_for_interval(len(b), SETTLE_Z):
             return settle_interval(a)[1] < settle_interval(b)[0]
         return statistics.median(a) * (1 + RESOLUTION) < statistics.median(b)
@@ -449,8 +460,8 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     search, line = wants_search(cfg, trials)
     if search:
         if line:
-            import sys
+            from .text import say
 
-            sys.stderr.write(f"tracetui: {line}\n")
+            say(f"tracetui: {line}")
         return make_search(cfg, trials, short_runs)
     return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from pathlib import Path
 
 from .config import ConfigError, SweepConfig, from_args, validate
+from .text import say
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the sweep ran, but some events could not be written to its log (a full disk): the outputs
@@ -65,7 +65,9 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
     g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv / --emit-config file")
     g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
     g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
-    g.add_argument("--project-steps", type=int, default=None, metavar="N",
+    from .config import MAX_PROJECT_STEPS, whole_number
+
+    g.add_argument("--project-steps", type=whole_number(1, MAX_PROJECT_STEPS), default=None, metavar="N",
                    help="project the wall time of a full training run of N optimizer steps per split")
     if answer:
         from .config import SweepConfig
@@ -73,27 +75,13 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
         for name in ("allow_result_changes", "allow_busy"):
             g.add_argument("--" + name.replace("_", "-"), action="store_true",
                            help=SweepConfig.__dataclass_fields__[name].metadata["help"])
+        g.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOP/s",
+                       help=SweepConfig.__dataclass_fields__["peak_tflops"].metadata["help"])
 
 
 def fail_line(msg: str, code: int = EXIT_USAGE) -> int:
-    # The message may quote what the user typed: keep it on one line whatever that holds.
-    line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in msg)
-    sys.stderr.write(f"tracetui: error: {line}\n")
+    say(f"tracetui: error: {msg}")  # (one line, whatever the message quotes)
     return code
-
-
-def say(line: str) -> None:
-    """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
-    pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
-    buffer cannot fail the exit either."""
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        try:
-            sys.stderr = open(os.devnull, "w")
-        except OSError:
-            pass
 
 
 class StopSignals:
@@ -267,6 +255,10 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
     """Every explicit output, before anything runs: a path that can be written, not a symbolic
     link, not one already there (unless ``--force``), no two flags on one file, and (``lock``)
     locked against a second command writing it at the same time."""
+    peak = getattr(ns, "peak_tflops", None)
+    if cfg is None and isinstance(peak, float) and not 0 < peak < 1e6:  # show, watch (a sweep's config checks its own)
+        raise ConfigError("--peak-tflops", f"must be a positive number of TFLOP/s, got {peak}",
+                          "give e.g. --peak-tflops 989 (an H100 SXM's dense bf16)")
     seen: dict[str, str] = {}
     for path, flag in output_paths(ns, cfg):
         if path == "-":
@@ -297,19 +289,17 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
         raise
 
 
-def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
+def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig, list]:
     """The validated config and its splits; ``deep`` also checks model, data and device (not
-    for ``sweep``, where the script owns those)."""
+    for ``sweep``, where the script owns those). ``defer``: where those checks run in a process
+    forked from the fork server (which imports torch, transformers and TRL: seconds), start the
+    server and leave them to :func:`deferred_checks`, so that the monitor can open at once and
+    say what it waits for; ``ns.checks_deferred`` says whether they were left."""
     cfg = from_args(ns)
     splits = validate(cfg)
-    runs = Path(cfg.runs_dir)
-    try:
-        runs.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError("--runs-dir", f"cannot create {cfg.runs_dir} ({exc.strerror})",
-                          "choose a writable folder") from None
-    if not os.access(runs, os.W_OK):
-        raise ConfigError("--runs-dir", f"{cfg.runs_dir} is not writable", "choose a writable folder")
+    from .config import check_runs_dir
+
+    check_runs_dir(cfg.runs_dir)
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
     check_outputs(ns, cfg, lock=not getattr(ns, "dry_run", False))
@@ -325,13 +315,25 @@ def load_config(ns, deep: bool = True) -> tuple[SweepConfig, list]:
             if not getattr(ns, "dry_run", False) and cfg.world_size == 1 and forking():
                 # the fork server imports torch, transformers and TRL (which every trial needs)
                 # and the checks run in a process forked from it, not here
-                validate_deep_forked(cfg, trial_context())
+                ctx = trial_context()  # (started now, from the main thread, before any app)
+                ns.checks_deferred = defer
+                if not defer:
+                    validate_deep_forked(cfg, ctx)
             else:
                 validate_deep(cfg)
     except ConfigError:
         release_outputs()
         raise
     return cfg, splits
+
+
+def deferred_checks(cfg: SweepConfig) -> None:
+    """The checks :func:`load_config` left (``defer``): in a process forked from the fork server
+    once its imports are done. Raises :class:`ConfigError` as they would have."""
+    from .runner.lifetime import trial_context
+    from .runner.preflight import validate_deep_forked
+
+    validate_deep_forked(cfg, trial_context())
 
 
 def progress_printer(total_runs: int, steps: int):
@@ -373,7 +375,8 @@ def progress_printer(total_runs: int, steps: int):
             say(f"[{state['n']}{of}] {label}: started on {where}{pid}{early}")
         elif t == STEP and e.get("rank", 0) == 0:
             total = state["steps"].get(e["run_id"], steps)
-            every = max(1, total // 10)
+            # a tenth of the run at a time; with no total known, 1-9, 10, 20, ..., 100, 200, ...
+            every = max(1, total // 10) if total else 10 ** (len(str(max(1, e["step"]))) - 1)
             if e["step"] % every == 0 or e["step"] == total:
                 tag = " (warm-up)" if e["warmup"] else ""
                 of = f"/{total}" if total else ""

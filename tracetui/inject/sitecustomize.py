@@ -52,7 +52,7 @@ def _die_with_owner(owner: int) -> None:
     threading.Thread(target=wait, name="tracetui-owner-watch", daemon=True).start()
 
 
-if os.environ.get("TRACETUI_OWNER_PID", "").isdigit() and int(os.environ["TRACETUI_OWNER_PID"]) != os.getpid():
+if os.environ.get("TRACETUI_OWNER_PID", "").isdecimal() and int(os.environ["TRACETUI_OWNER_PID"]) != os.getpid():
     _die_with_owner(int(os.environ["TRACETUI_OWNER_PID"]))
 
 
@@ -71,7 +71,9 @@ def _patch_trainer(module) -> None:
             if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
                 self.add_callback(TraceCallback())
         except Exception as exc:  # noqa: BLE001 - measuring must never stop training
-            sys.stderr.write(f"tracetui: could not attach the probe ({exc}); training goes on unmeasured\n")
+            from tracetui.text import clean
+
+            sys.stderr.write(clean(f"tracetui: could not attach the probe ({exc}); training goes on unmeasured") + "\n")
 
     trainer_cls.__init__ = __init__
     trainer_cls._tracetui_patched = True

@@ -90,11 +90,16 @@ class Probe(TrainerCallback):
         self._tail_seen = 0
         self._losses: list[Any] = []
         self._tokens: list[Any] = []
+        #: per micro-batch, on its device: what it trained on (:func:`_row_sums`), read back with the loss
+        self._rows: list[Any] = []
+        self._shapes: list[list[int]] = []
         self._padded_tokens = 0
         self._samples = 0
         self._last_end: Mark | None = None
         self._step = 0
         self._measured_walls: list[float] = []
+        #: the measured steps as the stopping rule pairs them: (step, fingerprint, wall ms)
+        self._measured_steps: list[tuple[int, str | None, float]] = []
         self._logged_loss: dict[int, float] = {}
         self._attached = False
         self.enabled = True
@@ -176,8 +181,12 @@ class Probe(TrainerCallback):
         if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
             self._samples += int(ids.shape[0])
             self._padded_tokens += int(ids.numel())
+            self._shapes.append([int(ids.shape[0]), int(ids.shape[-1]) if len(ids.shape) > 1 else 1])
         mask = kwargs.get("attention_mask")
-        if mask is not None and hasattr(mask, "sum"):
+        rows = _row_sums(self._torch, ids, mask, kwargs.get("labels"), kwargs.get("position_ids"))
+        if rows is not None:
+            self._rows.append(rows)
+        elif mask is not None and hasattr(mask, "sum"):
             self._tokens.append(mask.sum())
         self._state = "fwd"
         self._mark("fwd_start")
@@ -319,7 +328,10 @@ class Probe(TrainerCallback):
         self._step += 1
         # Queue the loss/token read-back before the end mark, so the end event completing
         # means the copy has landed too.
-        values = None
+        values = rows = None
+        if self._rows and len(self._rows) == len(self._shapes):
+            rows = torch.stack(self._rows)
+            rows = rows.to("cpu", non_blocking=True) if self.cuda else rows
         if self._losses or self._tokens:
             parts = [torch.stack(self._losses).sum().reshape(1) if self._losses else None,
                      torch.stack(self._tokens).sum().float().reshape(1) if self._tokens else None]
@@ -346,14 +358,17 @@ class Probe(TrainerCallback):
         self._pending.append(dict(
             step=self._step, marks=marks, values=values, peak=peak, samples=self._samples,
             padded=self._padded_tokens, has_loss=bool(self._losses), has_tokens=bool(self._tokens),
-            t_end=time.time(),
+            rows=rows, shapes=self._shapes, t_end=time.time(),
         ))
         self._last_end = end
-        self._losses, self._tokens = [], []
+        self._losses, self._tokens, self._rows, self._shapes = [], [], [], []
         self._samples = self._padded_tokens = 0
         self._resolve(block=False)
         if self.stop_after is not None and self.stop_reason is None:
-            self.stop_reason = self.stop_after(self._measured_walls) or None
+            if getattr(self.stop_after, "takes_steps", False):
+                self.stop_reason = self.stop_after(self._measured_walls, self._measured_steps) or None
+            else:
+                self.stop_reason = self.stop_after(self._measured_walls) or None
             if self.stop_reason:
                 control.should_training_stop = True
         turn = False
@@ -391,6 +406,7 @@ class Probe(TrainerCallback):
             record = self._record(item)
             if not record.warmup:
                 self._measured_walls.append(record.wall_ms)
+                self._measured_steps.append((record.step, record.extra.get("fingerprint"), record.wall_ms))
             self.emit(record.to_event(self.run_id))
 
     def _record(self, item: dict) -> StepRecord:
@@ -417,9 +433,18 @@ class Probe(TrainerCallback):
             tokens = int(vals[1]) if item["has_tokens"] else None
         if loss is None:
             loss = self._logged_loss.pop(item["step"], None)
+        extra = {"t_end": item["t_end"]}
+        if item["shapes"]:
+            extra["micro_shapes"] = item["shapes"]
+        if item["rows"] is not None:
+            sums = item["rows"].tolist()  # per micro-batch: real tokens, their ids' sum, scored, pairs
+            tokens = sum(r[0] for r in sums)
+            extra["fingerprint"] = fingerprint(tokens, sum(r[1] for r in sums))
+            scored = [r[2] for r in sums]
+            extra["scored_tokens"] = sum(scored) if min(scored) >= 0 else None
+            extra["token_pairs"] = sum(p if p >= 0 else b * t * t for (b, t), (*_, p) in zip(item["shapes"], sums))
         if tokens is None:
             tokens = item["padded"] or None
-        extra = {"t_end": item["t_end"]}
         if loss is not None and not math.isfinite(loss):
             extra["loss_finite"] = False  # a log keeps it as null (JSON has no NaN): say so apart
         if self.world > 1 and bwd and not str((self.settings or {}).get("sharding_used", "")).startswith("fsdp"):
@@ -441,6 +466,40 @@ class Probe(TrainerCallback):
             samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
             extra=extra,
         )
+
+
+def _row_sums(torch: Any, ids: Any, mask: Any, labels: Any, positions: Any) -> Any:
+    """What one micro-batch trains on, as four whole numbers left on its device (summed there, read
+    back with the step's loss once its end event has completed: no synchronisation): its real tokens
+    (the attention mask's sum), the sum of their ids, the positions the loss scores (next-token labels
+    that are not -100; -1 without labels) and the query-key pairs attention spans (the sum over
+    sequences of their length squared: from the position ids of a padding-free batch, -1 where the
+    padded shape gives it). None for inputs that are not a batch of token ids."""
+    if torch is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        return None
+    if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+        m = mask.to(torch.int64)
+        real, id_sum = m.sum(), (ids * m).sum()
+    else:
+        real, id_sum = ids.new_full((), ids.numel(), dtype=torch.int64), ids.sum(dtype=torch.int64)
+    if isinstance(labels, torch.Tensor) and labels.shape == ids.shape:
+        scored = (labels[:, 1:] != -100).sum()
+    else:
+        scored = real.new_full((), -1)
+    if mask is None and isinstance(positions, torch.Tensor) and positions.shape == ids.shape:
+        pairs = (2 * positions.to(torch.int64) + 1).sum()  # a sequence of n positions 0..n-1 sums to n*n
+    else:
+        pairs = real.new_full((), -1)
+    return torch.stack([real.to(torch.int64), id_sum.to(torch.int64), scored.to(torch.int64), pairs])
+
+
+def fingerprint(tokens: int, id_sum: int) -> str:
+    """The rows an optimizer step trained on, in a few characters: from its real tokens and the sum
+    of their ids over all its micro-batches, so the same rows give the same fingerprint however
+    they are split into micro-batches, padded or packed into a padding-free row."""
+    import hashlib
+
+    return hashlib.blake2b(f"{tokens}:{id_sum}".encode(), digest_size=6).hexdigest()
 
 
 def reset_data_peak() -> None:

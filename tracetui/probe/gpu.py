@@ -60,7 +60,7 @@ def physical_index(index: int) -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         parts = [p.strip() for p in visible.split(",")]
-        if index < len(parts) and parts[index].isdigit():
+        if index < len(parts) and parts[index].isdecimal():
             return int(parts[index])
     return index
 

@@ -15,15 +15,6 @@ from typing import Any
 
 from .environment import library_versions
 
-#: the read-back settings shown as columns (CSV/JSON) and in the monitor's header, in order
-SETTING_COLUMNS = (
-    "activation_checkpointing", "precision_used", "attn_implementation", "optimizer", "loss_type",
-    "dataloader_num_workers", "dataloader_pin_memory", "torch_compile", "use_liger_kernel", "padding_free",
-    "lora_targets_resolved", "lora_dropout_used", "sharding_used", "ddp_find_unused_parameters", "comm_gib_per_step",
-    "versions",
-)
-
-
 def _arg(args: Any, *names: str, default: Any = None) -> Any:
     """The first of ``names`` that ``args`` has (transformers renames settings between releases)."""
     for name in names:
@@ -117,6 +108,22 @@ def comm_volume(model: Any, world: int, grad_accum: int, sharding: str) -> tuple
     return 2 * share * trainable / 2**30, "all-reduce of the LoRA gradients once per step (last micro-batch)"
 
 
+def _work(model: Any) -> dict | None:
+    from ..flops import profile_of_model
+
+    profile = profile_of_model(model) if model is not None else None
+    return profile.to_dict() if profile is not None else None
+
+
+def _tf32() -> bool | None:
+    try:
+        import torch
+
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    except Exception:  # noqa: BLE001 - a torch without the switch: not known
+        return None
+
+
 def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
     """The settings one run really trains with, from its ``TrainingArguments`` and model."""
     config = getattr(model, "config", None)
@@ -165,6 +172,10 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "comm_gib_per_step": comm_gib,
         "comm_pattern": comm_pattern,
         "versions": " / ".join(f"{k} {v}" for k, v in library_versions().items()),
+        # the model's linear layers, for the work each step does (tracetui.flops), and whether fp32
+        # products ran as TF32 (the peak they are measured against)
+        "model_work": _work(model),
+        "tf32": _tf32(),
     }
     for key, value in list(out.items()):  # enums and other objects as their plain names
         if isinstance(value, enum.Enum):

@@ -174,12 +174,9 @@ def forking() -> bool:
 def check_start_env() -> None:
     """A misspelt ``TRACETUI_START`` (``forksever``) would quietly start fresh interpreters:
     refuse it with one line instead."""
-    value = os.environ.get(START_ENV)
-    if value is not None and value not in ("forkserver", "spawn"):
-        from ..config import ConfigError
+    from ..config import env_value
 
-        raise ConfigError(START_ENV, f"{value!r} is neither forkserver nor spawn",
-                          "unset it (the fork server, on Linux), or set spawn for fresh interpreters")
+    env_value(START_ENV)  # (declared with the others: tracetui.config.ENVIRONMENT)
 
 
 def trial_context():

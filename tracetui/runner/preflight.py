@@ -239,8 +239,10 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
         writer.close()
         ready = wait([reader, proc.sentinel], SLOW_CHECK_S)
         if not ready:  # a hub that takes the connection and never answers: say so, not silence
-            sys.stderr.write(f"tracetui: still checking {cfg.model} and {cfg.dataset} after {SLOW_CHECK_S:.0f} s "
-                             "(a hub that does not answer?); Ctrl-C stops\n")
+            from ..text import say
+
+            say(f"tracetui: still checking {cfg.model} and {cfg.dataset} after {SLOW_CHECK_S:.0f} s "
+                "(a hub that does not answer?); Ctrl-C stops")
             ready = wait([reader, proc.sentinel])
         if reader in ready:
             answer, times = reader.recv()

@@ -185,22 +185,49 @@ def char_limit(seq_len: int, tokenizer: Any = None) -> int:
     return max(1, seq_len) * per_token
 
 
+#: how many bad rows the line that refuses a data set names
+NAMED_ROWS = 5
+
+
+def _what(value: Any) -> str:
+    return "null" if value is None else {"int": "number", "float": "number", "bool": "true/false", "list": "list",
+                                         "dict": "object"}.get(type(value).__name__, type(value).__name__)
+
+
 def check_text_rows(ds: Any, cfg: SweepConfig) -> None:
-    """Refuse a text column with nothing to train on (every row empty or missing), which would
-    otherwise train "ok" with a loss of 0.0, and one that holds something other than text.
-    (No rows at all is the caller's to say.)"""
+    """Every row's text, checked as a whole before anything trains: a column with nothing to
+    train on (every row empty or missing) would train "ok" with a loss of 0.0; a row whose text
+    is not text (null, a number, a list) fails inside the trainer, in every run, minutes in. The
+    bad rows are counted, the first few named (counting from 1, as the lines of a JSONL file),
+    and the data set refused: the user's own training on it would fail the same way, so they are
+    to be fixed, not skipped behind the user's back (a sweep measured on other rows than the
+    training would see). (No rows at all is the caller's to say.)"""
     if len(ds) == 0:
         return
+    field, n, bad, named, kinds, has_text = cfg.text_field, 0, 0, [], {}, False
     for batch in ds.iter(batch_size=1000):
-        for value in batch[cfg.text_field]:
-            if value is None or value == "":
+        for value in batch[field]:
+            n += 1
+            if isinstance(value, str):
+                has_text = has_text or value != ""
                 continue
-            if not isinstance(value, str):
-                raise ConfigError("--text-field", f"{cfg.text_field!r} of {cfg.dataset} holds "
-                                  f"{type(value).__name__} values, not text", "name the column that holds the text")
-            return
-    raise ConfigError("--dataset", f"every row of {cfg.dataset} has an empty {cfg.text_field!r}",
-                      "give a data set with text in it, or name the right column with --text-field")
+            bad += 1
+            kinds[_what(value)] = kinds.get(_what(value), 0) + 1
+            if len(named) < NAMED_ROWS:
+                named.append(n)
+    if not has_text:
+        others = {k: c for k, c in kinds.items() if k != "null"}
+        if others:
+            raise ConfigError("--text-field", f"{field!r} of {cfg.dataset} holds {', '.join(others)} values, not text",
+                              "name the column that holds the text")
+        raise ConfigError("--dataset", f"every row of {cfg.dataset} has an empty {field!r}",
+                          "give a data set with text in it, or name the right column with --text-field")
+    if bad:
+        rows = ", ".join(map(str, named)) + (", ..." if bad > len(named) else "")
+        what = ", ".join(f"{c} {k}" for k, c in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        raise ConfigError("--dataset", f"{bad} of {n} rows of {cfg.dataset} have a {field!r} that is not text "
+                          f"({what}; row{'s' if bad > 1 else ''} {rows}), which the trainer cannot take",
+                          "fix or drop those rows: training on this data set would fail on them too")
 
 
 def truncate_rows(ds: Any, cfg: SweepConfig, tokenizer: Any = None) -> Any:

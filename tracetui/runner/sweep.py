@@ -224,7 +224,13 @@ class SweepBase:
 
     def _supervised(self, spec: RunSpec, child: Child, waiting: Callable[[], bool] | None = None) -> str:
         """Run one trial's process under the supervisor; record how it ended (a run that is to
-        run again, :meth:`_again`, is not recorded)."""
+        run again, :meth:`_again`, is not recorded). Its log is made here first: a runs folder
+        that became unwritable mid-sweep is said in one line naming it, and no run is started
+        that could not keep its log (what was measured before stays in the event log)."""
+        why = make_log(child.log_path)
+        if why:
+            return self._not_started(spec, "error", f"not run: the runs folder {self.dir} cannot be written any more "
+                                                    f"({why}); every step measured before is in {self.log.path}")
         status, message = supervise(spec, child, self._emit, self._stop, self.cfg.stall_timeout, waiting)
         if status == "stalled":
             with self._lock:
@@ -269,11 +275,20 @@ class SweepBase:
             return self.measured.references(spec.trial, self.cfg.min_steps)
 
 
+def make_log(path: Path) -> str | None:
+    """Make a run's log file (empty, or left as it is); why it cannot be, in words, or None."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
 
 
-def _ensure_resource_tracker() -> None:
+def ensure_resource_tracker() -> None:
     """Start multiprocessing's resource tracker now, while ``sys.stderr`` is the real one.
 
     Textual replaces ``sys.stderr``; a tracker started later would be handed its bad file
@@ -319,7 +334,7 @@ class Sweep(SweepBase):
         self._alone = threading.Condition()
         self._alone_pending = 0
         self._solo = threading.Lock()
-        _ensure_resource_tracker()
+        ensure_resource_tracker()
 
     def sharing_line(self) -> str | None:
         """One line on how the runs share the device: with head starts."""

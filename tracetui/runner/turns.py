@@ -301,7 +301,7 @@ SAID_AFTER_S = 0.05
 
 class Gate:
     """A run's side of :class:`Turns`: :meth:`take` blocks until the run holds the turn.
-    ``on_hold(bool)`` is told when the run starts and stops waiting (its GPU sampler pauses:
+    ``on_hold(bool, since)`` is told when the run starts (from ``since``, unix seconds) and stops waiting (its GPU sampler pauses:
     what the device does meanwhile is another run's).
 
     The run takes the turn at its first step and once more after its ``warmup`` steps, and
@@ -310,7 +310,7 @@ class Gate:
     def __init__(self, conn: Any, warmup: int, on_hold=None):
         self.conn = conn
         self.warmup = warmup
-        self.on_hold = on_hold or (lambda _waiting: None)
+        self.on_hold = on_hold or (lambda _waiting, _since=None: None)
         self._asked = False
         #: seconds spent waiting for the turn (no part of the run's training time)
         self.waited = 0.0
@@ -331,13 +331,14 @@ class Gate:
         """Give the turn back (after the first time) and wait for it again. ``footprint``: GiB
         the process holds on its device (said once, with its first ask). Returns what the
         sweep sent with this turn, or None."""
-        t0 = time.monotonic()
+        t0, asked_at = time.monotonic(), time.time()
         self.conn.send(("yield",) if self._asked else ("ready", os.getpid(), footprint))
         self._asked = True
-        # a turn that comes at once (the first run's first) is no wait: nothing is said of it
+        # a turn that comes at once (the first run's first) is no wait: nothing is said of it;
+        # a wait is said as from when the turn was asked for
         waiting = not self.conn.poll(SAID_AFTER_S)
         if waiting:
-            self.on_hold(True)
+            self.on_hold(True, asked_at)
         try:
             while True:
                 msg = self.conn.recv()

@@ -139,8 +139,15 @@ def run(spec: dict, mp_queue: Any) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
-    # Keep the child's prints off the terminal the TUI draws on.
-    log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+    # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
+    # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
+    # output goes nowhere and the run says so, never a traceback on the user's terminal.
+    lost_log = ""
+    try:
+        log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+    except OSError as exc:
+        log = _TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
+        lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
@@ -159,6 +166,8 @@ def run(spec: dict, mp_queue: Any) -> None:
 
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
+    if lost_log:
+        sink.emit(make("notice", run_id, level="warning", message=lost_log))
     cfg = SweepConfig(**spec["config"])
     trial = Trial.from_fields(spec["trial"])
     mb, ga = trial.micro_batch, trial.grad_accum
@@ -189,7 +198,7 @@ def run(spec: dict, mp_queue: Any) -> None:
                        pid=os.getpid(), rank=0, precision=precision, env=env,
                        config={k: v for k, v in cfg.to_dict().items()
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
-                                        "lora_targets", "memory_limit", "seed", *KNOBS)},
+                                        "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
                        gpu=spec.get("gpu"), log_path=spec["log_path"],
                        **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
         if device == "cuda":
@@ -283,10 +292,11 @@ class Stages:
         self._t0 = started_at or self._now()
         self.seen: dict[str, float] = {}
 
-    def enter(self, stage: str) -> None:
+    def enter(self, stage: str, at: float | None = None) -> None:
+        """``stage`` begins now (or at ``at``, unix seconds)."""
         from ..events import RUN_STAGE, make
 
-        elapsed = round(max(0.0, self._now() - self._t0), 3)
+        elapsed = round(max(0.0, (at or self._now()) - self._t0), 3)
         self.seen[stage] = elapsed
         self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=elapsed, rank=0, stages=dict(self.seen)))
 
@@ -415,10 +425,10 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
 
         said = []
 
-        def on_hold(waiting: bool) -> None:
+        def on_hold(waiting: bool, since: float | None = None) -> None:
             if waiting and not said and stages is not None:
                 said.append(True)  # a run built before its turn (a head start) says why it waits
-                stages.enter(WAITING_STAGE)
+                stages.enter(WAITING_STAGE, at=since)
             if hold is not None:
                 hold(waiting)
 

@@ -28,8 +28,9 @@ from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from ..analysis import Results
 from ..outputs import Outputs, output_format
 from ..probe.settings import describe
+from ..text import clean, safe_text
 from ..trial import Trial, format_value as fmt_value
-from .sources import CommandSource, Inbox, ReplaySource, Source, SweepSource, WatchSource
+from .sources import CommandSource, Inbox, PreparingSource, ReplaySource, Source, SweepSource, WatchSource
 from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
                       Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
                       phase_legend, row_of, run_name)
@@ -102,7 +103,7 @@ class HelpScreen(ModalScreen):
             text.append(f": {words}\n")
         text.append("\nescape closes this screen", style="dim")
         with VerticalScroll(id="help"):
-            yield Static(text)
+            yield Static(safe_text(text))
 
 
 #: the width (columns) below which the monitor packs for a narrow terminal
@@ -142,6 +143,7 @@ class TraceApp(App):
         super().__init__()
         self.source = source
         self.inbox = Inbox(notify=lambda: self.post_message(EventsArrived()))
+        self._said_dropped = False
         self.results = Results()
         self.rows: list[dict] = []
         self.outputs = outputs or Outputs(out_path, output_format(type("ns", (), {"output": out_path})),
@@ -181,6 +183,10 @@ class TraceApp(App):
         #: called with the signal when the monitor itself finds a reason to stop (a hung-up
         #: terminal), as a caught signal would be: :func:`run_app` sets it
         self.stop_requested = None
+
+    def format_title(self, title: str, sub_title: str):
+        # the header quotes settings and paths from outside: shown literally, never as controls
+        return super().format_title(clean(title), clean(sub_title))
 
     # ---- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -261,6 +267,10 @@ class TraceApp(App):
         if events:
             self.events_applied += len(events)
             self._dirty = True
+        if self.inbox.dropped and not self._said_dropped:
+            self._said_dropped = True
+            self.say(f"events arrive faster than the screen takes them: some are left out of the screen "
+                     f"(never out of the log: {self.source.describe()})", "warning")
         if any(e["type"] == "sweep" for e in events):
             self._say_time()  # (once a sweep has ended: its end comes in one of these)
         return len(events)
@@ -295,7 +305,22 @@ class TraceApp(App):
         self.apply_events()
         self._draw_within_budget()
 
+    def sweep_ready(self, sweep) -> None:
+        """The checks passed and the sweep is built (:class:`PreparingSource`): its planned runs,
+        its header; the screen now waits for its first steps."""
+        self.planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
+        self.sub_title = self.base_subtitle = sweep_subtitle(sweep)
+        self.idle = "waiting for the first measured steps ..."
+        for w in sweep.warnings:
+            self.say(w, "warning")
+        self._next_summary = 0.0
+        self.redraw()
+
     def on_source_done(self, _message: SourceDone) -> None:
+        error = getattr(self.source, "error", None)
+        if error:  # the checks refused the settings: the line is said as tracetui exits
+            self.exit(return_code=2)
+            return
         self.apply_events()
         self._next_summary = 0.0
         self.redraw()  # the last events and the verdict, at once
@@ -590,6 +615,9 @@ class TraceApp(App):
     def _write_and_exit(self) -> None:
         self.apply_events()
         self.rows = self.outputs.rows(self.results)
+        if getattr(self.source, "sweep", True) is None:  # closed before its checks had passed: no sweep
+            self.exit(return_code=self.exit_code)
+            return
         if self.source.live or self.outputs.explicit:
             err = self.write_outputs(final=True)
             if err:
@@ -691,6 +719,8 @@ def _run_on_terminal(app: TraceApp) -> None:
         app.run()
     finally:
         sys.__stderr__ = terminal
+    if app._exception is not None:  # it crashed (its traceback is out): nothing written at its end, never exit 0
+        app.write_failed = True
 
 
 def _quit_on_signals(app: TraceApp):
@@ -701,27 +731,33 @@ def _quit_on_signals(app: TraceApp):
     return signals
 
 
-def sweep_subtitle(sweep) -> str:
-    """The monitor's header for a live sweep: what it trains, and how its runs share the device."""
-    cfg = sweep.cfg
+def sweep_subtitle(sweep, cfg=None) -> str:
+    """The monitor's header for a live sweep: what it trains, and how its runs share the device
+    (``sweep`` None: not built yet, from its ``cfg``)."""
+    cfg = sweep.cfg if sweep is not None else cfg
     cmd = getattr(sweep, "cmd", None)
     # a script's own settings come with its runs (run_started, run_settings), not tracetui's
     subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
                 else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-    if sweep.relay:
+    if sweep is not None and sweep.relay:
         subtitle += " · head starts"
     return subtitle
 
 
-def run_app(cfg, splits, ns, sweep=None) -> int:
+def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
     """Open the monitor on a new sweep; after it closes, say where everything is.
+
+    ``checks_deferred``: the checks of the model, the data and the device are still to run
+    (:func:`tracetui.session.load_config`'s ``defer``): the monitor opens at once and says it
+    waits on them; the sweep is built once they pass (a failing one closes the monitor with
+    its one line and exit status 2).
 
     SIGTERM, SIGHUP (the SSH session dropped) and SIGINT stop the workers at once and make the
     monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
     status is 128 + the signal. Signals that come later change nothing (see
     :class:`~tracetui.cli.StopSignals`)."""
-    from ..session import StopSignals
-    from ..runner.sweep import Sweep
+    from ..session import EXIT_INTERRUPTED, StopSignals, deferred_checks, fail_line
+    from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
 
     why = no_terminal()
     if why:
@@ -729,14 +765,15 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
             sweep.close()
         return _refuse(why)
     app: TraceApp | None = None
+    source: SweepSource | None = None
     closed = threading.Event()
     watchdog: list[threading.Timer] = []
 
     def stop(signum: int | None = None) -> None:
         if app is not None:  # its timer quits, on the app's own thread
             app.signalled = signals.signum or signum or app.signalled
-        if sweep is not None:
-            sweep.stop()
+        if source is not None:
+            source.stop()
         if not watchdog:
             watchdog.append(threading.Timer(STOP_GRACE_S, _end_if_stuck, (lambda: app, closed, signals)))
             watchdog[0].daemon = True
@@ -744,18 +781,40 @@ def run_app(cfg, splits, ns, sweep=None) -> int:
 
     signals = StopSignals(stop=stop)
     try:
-        if sweep is None:
-            sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
+        if sweep is None and checks_deferred:
+            sid = new_sweep_id()
+            ensure_resource_tracker()  # now, while sys.stderr is the real one (see Sweep)
+
+            def build():
+                deferred_checks(cfg)
+                return Sweep(cfg, splits, sweep_id=sid)
+
+            source = PreparingSource(build, on_ready=lambda built: app.call_from_thread(app.sweep_ready, built))
+            events, planned, subtitle = Path(cfg.runs_dir) / sid / "events.jsonl", [], sweep_subtitle(None, cfg)
+            idle = (f"checking {cfg.model}, {cfg.dataset} and the device; the first run needs torch, transformers "
+                    "and TRL imported (seconds, the first time on a machine longer) ...")
+        else:
+            if sweep is None:
+                sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
+            source = SweepSource(sweep)
+            events, subtitle, idle = sweep.log.path, sweep_subtitle(sweep), ""
+            planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
         if signals.signum:
-            sweep.stop()
-        outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
-        planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
-        app = TraceApp(SweepSource(sweep), planned=planned, subtitle=sweep_subtitle(sweep), outputs=outputs)
+            source.stop()
+        outputs = Outputs.from_args(ns, events, cfg=cfg, cmd=getattr(sweep, "user_command", None))
+        app = TraceApp(source, planned=planned, subtitle=subtitle, outputs=outputs, idle=idle)
         app.signalled = signals.signum
         app.stop_requested = stop
         started = time.monotonic()
         _run_on_terminal(app)
         closed.set()
+        sweep = source.sweep
+        if sweep is None:  # the checks refused the settings, or the monitor closed before they ended
+            error = getattr(source, "error", None)
+            if error:
+                return fail_line(error)
+            return fail_line("interrupted before any run started", 128 + (signals.signum or 2)
+                             if signals.signum else EXIT_INTERRUPTED)
         sweep.close()
         return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signals.signum, started)
     finally:
@@ -795,10 +854,10 @@ def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
         try:
             app.apply_events()
             err = app.write_outputs(final=True)
-            sys.__stderr__.write(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
-                                 f"{err or f'summary in {app.out_path}'}{stacks}\n")
+            sys.__stderr__.write(clean(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
+                                       f"{err or f'summary in {app.out_path}'}{stacks}") + "\n")
         except Exception as exc:  # noqa: BLE001 - exiting is what matters now; the events are on disk
-            sys.__stderr__.write(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}\n")
+            sys.__stderr__.write(clean(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}") + "\n")
     try:
         sys.__stderr__.flush()
     except (OSError, ValueError):

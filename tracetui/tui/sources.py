@@ -11,17 +11,28 @@ from typing import Callable
 
 
 
+#: events the inbox holds before it drops what arrives (the event log on disk has every one):
+#: a flood faster than the screen drains cannot grow the monitor without bound
+INBOX_LIMIT = 100_000
+
+
 class Inbox:
     """Thread-safe event buffer between producers and the UI thread. ``notify`` (the app's
     "events arrived" message) is called once per batch: when the first event lands in an empty,
-    already-drained inbox, not once per event."""
+    already-drained inbox, not once per event. Past ``limit`` events waiting, what arrives is
+    dropped and counted (``dropped``): the sources write every event to the log before this."""
 
-    def __init__(self, notify: Callable[[], None] | None = None) -> None:
+    def __init__(self, notify: Callable[[], None] | None = None, limit: int = INBOX_LIMIT) -> None:
         self._q: collections.deque = collections.deque()
         self._pending = False
         self.notify = notify
+        self.limit = limit
+        self.dropped = 0
 
     def put(self, event: dict) -> None:
+        if len(self._q) >= self.limit:
+            self.dropped += 1
+            return
         self._q.append(event)  # deque.append is atomic
         if not self._pending and self.notify is not None:
             self._pending = True
@@ -128,6 +139,53 @@ class SweepSource(Source):
 
     def describe(self) -> str:
         return str(self.sweep.log.path)
+
+
+class PreparingSource(SweepSource):
+    """A sweep that is built once the checks it needs (the model, the data, the device: seconds
+    of library imports in the fork server) have passed, on this source's thread, so that the
+    monitor opens at once and says what it waits for. ``build`` returns the sweep, or raises
+    :class:`~tracetui.config.ConfigError` (``error`` then holds its line, and the source is done);
+    ``on_ready(sweep)`` is called once it is built."""
+
+    def __init__(self, build, on_ready=None) -> None:
+        super().__init__(None)
+        self.build = build
+        self.on_ready = on_ready
+        self.error: str | None = None
+        self._stopped = False
+
+    def start(self, inbox: Inbox) -> None:
+        from ..config import ConfigError
+
+        self._inbox = inbox
+
+        def prepare() -> None:
+            try:
+                sweep = self.build()
+            except ConfigError as exc:
+                self.error = str(exc)
+                return
+            sweep.on_event = inbox.put
+            self.sweep = sweep
+            if self.on_ready is not None:
+                self.on_ready(sweep)
+            if self._stopped:  # quit while the checks ran: nothing starts
+                sweep.stop()
+            sweep.run()
+
+        self._launch(prepare)
+
+    def rerun(self, run_id: str) -> bool:
+        return self.sweep is not None and super().rerun(run_id)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self.sweep is not None:
+            self.sweep.stop()
+
+    def describe(self) -> str:
+        return str(self.sweep.log.path) if self.sweep is not None else "no events yet (the checks run)"
 
 
 class WatchSource(Source):

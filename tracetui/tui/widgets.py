@@ -19,9 +19,10 @@ from textual_plotext import PlotextPlot
 
 from ..analysis import (PROBE_WHY, Policy, Results, RunData, median, recommendation, repeat_mark, scope_note, step_span,
                         verdict)
-from ..columns import MONITOR, STATUS_STYLE, fmt, table_context
+from ..columns import Cell, MONITOR, STATUS_STYLE, fmt, table_context
 from ..knobs import SHORT
 from ..phases import PHASES
+from ..text import clean, plain, safe_text
 from ..trial import Trial, format_value
 
 FAILED = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
@@ -259,10 +260,10 @@ class Clipped(Widget):
 
     def __init__(self, text: str | Text = "", **kwargs) -> None:
         super().__init__(**kwargs)
-        self.full = Text(text) if isinstance(text, str) else text
+        self.full = safe_text(text)
 
     def show(self, text: Text) -> None:
-        self.full = text
+        self.full = safe_text(text)  # (it quotes events, settings and messages from outside)
         self.refresh(layout=True)
 
     def line_limit(self) -> int:
@@ -338,6 +339,13 @@ def run_state(run: RunData | None, stage: Stage | None, live: bool, now: float) 
     return Text(status, style=style)
 
 
+def cell(value) -> Text:
+    """A table cell as a Rich ``Text``: a ``str`` given to a ``DataTable`` is read as markup (a
+    ``[/]`` in a GPU name or a varied value crashed the monitor), and what it quotes from outside
+    is cleaned (:mod:`tracetui.text`)."""
+    return safe_text(value) if isinstance(value, Text) else plain(value)
+
+
 #: the run list's status column is never narrower than this (``5/20 1m``)
 MIN_STATUS = 7
 
@@ -384,15 +392,15 @@ class RunList(DataTable):
                 col.width, col.auto_width = w, False
                 self._require_update_dimensions = True
         trial_col = self.columns.get("split")  # type: ignore[arg-type]
-        if trial_col is not None and trial_col.label.plain != header:
-            trial_col.label = Text(header)
+        if trial_col is not None and trial_col.label.plain != clean(header):
+            trial_col.label = plain(header)
             self._require_update_dimensions = True
         for (rid, _, state), name in zip(self.entries, names):
             if rid in self.rows:
-                self.update_cell(rid, "split", name)
-                self.update_cell(rid, "status", state)
+                self.update_cell(rid, "split", cell(name))
+                self.update_cell(rid, "status", cell(state))
             else:
-                self.add_row(name, state, key=rid)
+                self.add_row(cell(name), cell(state), key=rid)
         self.refresh()
 
     def update_from(self, results: Results, planned: list[tuple[str, Trial]],
@@ -420,7 +428,7 @@ class Chart(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         if not has_data:
-            plt.title(empty_title)
+            plt.title(clean(empty_title))
             self.refresh()
             return None
         return plt
@@ -445,7 +453,7 @@ class PhaseChart(Chart):
         if plt is None:
             return
         # Horizontal: the terminal's width gives the bars far finer steps than its height.
-        plt.stacked_bar(labels, data, color=[p.rgb for p in PHASES], width=0.4, orientation="horizontal")
+        plt.stacked_bar([clean(label) for label in labels], data, color=[p.rgb for p in PHASES], width=0.4, orientation="horizontal")
         self.refresh()
 
 
@@ -463,7 +471,7 @@ class StepChart(Chart):
             plt.scatter([s["step"] for s in warm], [s["wall_ms"] for s in warm], label="warm-up", color="yellow", marker="x")
         if meas:
             plt.plot([s["step"] for s in meas], [s["wall_ms"] for s in meas], label="measured", color="cyan", marker="braille")
-        plt.title(f"step time (ms): {name or run.label}")
+        plt.title(clean(f"step time (ms): {name or run.label}"))
         plt.xlabel("optimizer step")
         self.refresh()
 
@@ -477,7 +485,7 @@ class ThroughputChart(Chart):
         if plt is None:
             return
         multi = len({r["machine"] for r in rows}) > 1
-        plt.bar([row_label(r, multi) for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
+        plt.bar([clean(row_label(r, multi)) for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
                 orientation="horizontal")
         plt.title("throughput (tokens/s)")
         self.refresh()
@@ -562,7 +570,7 @@ class GpuChart(Chart):
                  marker="braille")
         plt.ylim(0, 100)
         plt.xlabel("seconds")
-        plt.title(f"{run.machine} {name or run.label}")
+        plt.title(clean(f"{run.machine} {name or run.label}"))
         self.refresh()
 
 
@@ -604,7 +612,7 @@ class GpuStatus(Static):
                 continue
             why = next((n for r in reversed(runs) for n in r.notices if "GPU" in n or "NVML" in n or "CPU" in n), "")
             text.append(f"{head}no GPU samples" + (f": {why}" if why else " yet"), style="dim")
-        self.update(text)
+        self.update(safe_text(text))
 
 
 # ---- the summary table, its columns chosen by the width ----------------------------------------
@@ -637,8 +645,8 @@ def _bound_cell(row: dict, ctx: dict) -> str:
 
 #: the monitor's columns, most wanted first: the first six always come when they fit
 PRIORITY = ("split", "status", "step_ms_median", "speedup", "bound", "peak_mem_gib", "tokens_per_s",
-            "gpu_util_mean", "spread", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms",
-            "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
+            "gpu_util_mean", "mfu_pct", "comparison", "spread", "data_ms", "forward_ms", "backward_ms",
+            "optimizer_ms", "other_ms", "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
             "gpus", "comm_ms", "ranks")
 
 
@@ -655,7 +663,8 @@ def pick_columns(rows: list[dict], width: int) -> tuple[list, dict]:
 
     def show(col, row):
         f = cell.get(col.key)
-        return f(row, ctx) if f else col.show(row, ctx)
+        c = f(row, ctx) if f else col.show(row, ctx)
+        return Text(c.text, style=c.style) if isinstance(c, Cell) else c
 
     def need(col) -> int:
         cells = [show(col, r) for r in rows]
@@ -702,12 +711,12 @@ class SummaryTable(DataTable):
         if keys != self.keys_shown:
             self.clear(columns=True)
             for col, _ in cols:
-                self.add_column(col.header, key=col.key)
+                self.add_column(plain(col.header), key=col.key)
             self.keys_shown = keys
         else:
             self.clear()
         for i, r in enumerate(rows):
-            self.add_row(*(show(r) for _, show in cols), key=str(i))
+            self.add_row(*(cell(show(r)) for _, show in cols), key=str(i))
         if rows and 0 <= cursor < len(rows):
             self.move_cursor(row=cursor, animate=False)
 
@@ -847,11 +856,15 @@ class Pane(Widget):
     def content(self, width: int) -> Text:  # pragma: no cover - overridden
         return Text()
 
+    def shown(self, width: int) -> Text:
+        """:meth:`content`, its strings from outside made harmless (:func:`~tracetui.text.safe_text`)."""
+        return safe_text(self.content(max(20, width)))
+
     def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self.content(max(20, width)).wrap(self.app.console, max(1, width)))
+        return len(self.shown(width).wrap(self.app.console, max(1, width)))
 
     def render(self) -> Text:
-        return self.content(max(20, self.size.width))
+        return self.shown(self.size.width)
 
 
 def _comm_words(row: dict) -> Text:
@@ -867,6 +880,27 @@ def _comm_words(row: dict) -> Text:
         text.append(f"\n  sends {gib * 1024:.0f} MiB per step per rank: {settings.get('comm_pattern') or ''}",
                     style="dim")
     return text
+
+
+def _work_words(row: dict) -> Text:
+    """The work one step does and how far it is from the device's peak (:mod:`tracetui.flops`)."""
+    text = Text()
+    if row.get("tflop_per_step") is None:
+        return text
+    text.append(f"\nwork: {_flop(row['tflop_per_step'])} per step")
+    if row.get("hw_tflop_per_step") and row["hw_tflop_per_step"] > row["tflop_per_step"] * 1.001:
+        text.append(f" ({_flop(row['hw_tflop_per_step'])} with checkpointing's recompute)")
+    text.append(f" · {row['tflops']:.3g} TFLOP/s")
+    if row.get("mfu_pct") is not None:
+        text.append(f" · MFU {row['mfu_pct']:.1f}%", style="bold")
+    note = row.get("mfu_note")
+    if note:
+        text.append(f"\n  {note}", style="dim")
+    return text
+
+
+def _flop(tflop: float) -> str:
+    return f"{tflop:.3g} TFLOP" if tflop >= 0.1 else f"{tflop * 1000:.3g} GFLOP"
 
 
 class DetailPane(Pane):
@@ -922,8 +956,11 @@ class DetailPane(Pane):
                 text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
                 if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
                     text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")
+                if row.get("comparison"):
+                    text.append(f" ({row['comparison']})", style="dim")
             if row.get("tokens_per_s"):
                 text.append(f" · {row['tokens_per_s']:.0f} tok/s")
+            text.append_text(_work_words(row))
             text.append("\nwhy: ")
             text.append_text(_bound_words(row))
             parts = [f"{p.short} {row.get(p.field) or 0.0:.1f}" for p in PHASES]

@@ -1,0 +1,176 @@
+"""Paired comparisons: where two trials' steps trained on the same rows (their fingerprints agree
+step by step), they are compared step by step; otherwise as two samples, and the verdict says why.
+On synthetic step events whose times follow the rows' lengths, on the recorded logs, and through
+the stopping rule and the search that use the same comparison."""
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from tracetui.analysis import (Policy, Results, StopRule, paired_log_ratios, recommendation, settle_interval,
+                               settled, summarise, verdict)
+from tracetui.events import make, validate
+from tracetui.plan import Measured, RunSpec, TrialResult
+from tracetui.search import SearchPlanner
+from tracetui.store import read_events
+from tracetui.trial import Trial
+
+DATA = Path(__file__).parent / "data"
+#: each optimizer step's work, as its rows' lengths make it: steps differ several-fold
+LENGTHS = [1, 7, 2, 8, 1.5, 6, 3, 5, 1.2, 7.5, 2.5, 4]
+
+
+def sweep(fingerprints=True, differ_at=None, runs=1, drift=0.0):
+    """Two trials of effective batch 8 (checkpointing off and on), ``runs`` fresh processes each:
+    a step takes 100 ms (off) or about 150 ms (on) per unit of its rows' length, so the two
+    medians' intervals overlap widely while every step of ``on`` is 1.5x its step of ``off``.
+    ``drift``: each later process is that much slower (the host drifts between processes)."""
+    events = []
+    for r in range(runs):
+        for on, per, noise in ((False, 100.0, 0.0), (True, 150.0, 0.03)):
+            label = f"8x1 ckpt={'on' if on else 'off'}"
+            rid = f"s/{label.replace(' ', '_')}#{r + 1}"
+            events.append(make("run_started", rid, label=label, micro_batch=8, grad_accum=1, effective_batch=8,
+                               repeat=r, varied={"activation_checkpointing": on}, env={"device": "cpu"}))
+            for k, length in enumerate(LENGTHS, 1):
+                wall = per * length * (1 + noise * ((k * 7) % 5 - 2) / 2) * (1 + drift * r)
+                step = make("step", rid, step=k, warmup=k <= 3, wall_ms=wall, forward_ms=[wall / 2],
+                            backward_ms=[wall / 2])
+                if fingerprints:
+                    step["fingerprint"] = "other" if (on and k == differ_at) else f"rows-of-step-{k}"
+                events.append(validate(step))  # the field is part of the event schema
+            events.append(make("run_finished", rid))
+    return events
+
+
+def rows_of(events):
+    return {r["trial"]: r for r in summarise(Results().extend(events))}
+
+
+def test_equal_fingerprints_give_a_clear_paired_verdict_where_the_intervals_overlap():
+    rows = rows_of(sweep())
+    off, on = rows["8x1 ckpt=off"], rows["8x1 ckpt=on"]
+    # taken apart, the two trials' median intervals overlap: no verdict could come from them
+    assert off["step_ms_ci_high"] > on["step_ms_ci_low"]
+    assert off["comparison"] == "paired over 9 steps" and off["paired_steps"] == 9
+    assert off["speedup_vs_slowest"] == pytest.approx(1.5, rel=0.03)
+    assert 1.0 < off["speedup_ci_low"] <= off["speedup_vs_slowest"] <= off["speedup_ci_high"] < 1.6
+    line = verdict(list(rows.values()))
+    assert line.startswith("8x1 ckpt=off is 1.50x faster than 8x1 ckpt=on (95% CI 1.")
+    assert "x, paired over 9 steps) at effective batch 8" in line
+
+
+@pytest.mark.parametrize("kind", ["missing", "differ"])
+def test_fingerprints_missing_or_different_fall_back_to_unpaired_and_say_why(kind):
+    events = sweep(fingerprints=kind != "missing", differ_at=6 if kind == "differ" else None)
+    rows = rows_of(events)
+    off = rows["8x1 ckpt=off"]
+    why = ("steps without row fingerprints" if kind == "missing"
+           else "fingerprints differ at step 6: the two trained on different rows")
+    assert off["comparison"] == f"unpaired: {why}" and off.get("paired_steps") is None
+    line = verdict(list(rows.values()))
+    assert line == ("no clear difference between 8x1 ckpt=off and 8x1 ckpt=on at effective batch 8 "
+                    f"(intervals overlap; unpaired: {why})")
+
+
+def test_several_runs_add_the_spread_between_processes_to_the_paired_interval():
+    """With two fresh processes per trial, the interval is over steps and over runs: the drift
+    between processes (here 8% from one to the next) widens it, but the steps stay paired."""
+    steady = rows_of(sweep(runs=2))["8x1 ckpt=off"]
+    drifting = rows_of(sweep(runs=2, drift=0.08))["8x1 ckpt=off"]
+    for row in (steady, drifting):
+        assert row["ci_scope"] == "runs" and row["comparison"] == "paired over 9 steps and 2+2 runs"
+    one = rows_of(sweep())["8x1 ckpt=off"]
+    width = lambda r: r["speedup_ci_high"] / r["speedup_ci_low"]  # noqa: E731
+    assert width(drifting) > 1.1 * width(one)
+    assert drifting["speedup_ci_low"] < 1.5 < drifting["speedup_ci_high"]
+
+
+def test_ties_in_the_recommendation_use_the_paired_comparison():
+    """A third trial as fast as the best, step by step, is named as a tie; the overlapping
+    intervals of the slower one no longer make it one."""
+    events = sweep()
+    twin = [copy.deepcopy(e) for e in events if e["run_id"].startswith("s/8x1_ckpt=off")]
+    for e in twin:
+        e["run_id"] = e["run_id"].replace("8x1_ckpt=off", "4x2")
+        if e["type"] == "run_started":
+            e.update(label="4x2 ckpt=off", micro_batch=4, grad_accum=2)
+        if e["type"] == "step":
+            e["wall_ms"] *= 1.0 + (0.004 if e["step"] % 2 else -0.004)
+    rows = list(rows_of(events + twin).values())
+    rec = recommendation(rows, Policy(allow_busy=True))
+    assert "4x2 ckpt=off is as fast within the intervals" in rec or "8x1 ckpt=off is as fast" in rec
+    assert "8x1 ckpt=on" not in rec.split(";")[0]
+
+
+def test_paired_log_ratios_reasons():
+    a = [(k, f"f{k}", 100.0) for k in range(1, 10)]
+    assert paired_log_ratios(a, [(k, f"f{k}", 150.0) for k in range(1, 10)])[1] == ""
+    assert paired_log_ratios(a, [(k, None, 150.0) for k in range(1, 10)]) == ([], "steps without row fingerprints")
+    assert paired_log_ratios(a, [(k, f"f{k}", 150.0) for k in range(1, 4)]) == ([], "only 3 steps in common (6 needed)")
+    runs = a + [(1, "elsewhere", 100.0)]  # a second run of the same trial that saw other rows at step 1
+    assert paired_log_ratios(runs, a)[1] == "one split: its runs trained on different rows at step 1"
+
+
+def test_stopping_rule_settles_step_by_step_where_the_steps_pair():
+    """``--until-confident``: a later split whose steps pair with the reference's is settled by the
+    paired interval; the same times without fingerprints are not (the two median intervals
+    overlap)."""
+    ref = [(k, f"f{k}", 100.0 * n) for k, n in enumerate(LENGTHS, 1)]
+    mine = [(k, f"f{k}", 150.0 * n * (1.01 if k % 2 else 0.99)) for k, n in enumerate(LENGTHS, 1)]
+    walls = [w for _, _, w in mine]
+    interval = settle_interval([w for _, _, w in ref])
+    assert settled(walls, [(*interval, ref)], mine)
+    assert not settled(walls, [interval], mine)  # a reference without its steps: unpaired
+    assert not settled(walls, [(*interval, [(k, None, w) for k, _, w in ref])], [(k, None, w) for k, _, w in mine])
+    rule = StopRule(0.01, 6, [(*interval, ref)])
+    stops = [rule(walls[:n], mine[:n]) for n in range(1, len(walls) + 1)]
+    assert stops[-1] == "settled" and stops[:8] == [None] * 8  # 7 paired steps, held for 3
+
+
+def test_references_carry_the_steps_that_pair():
+    """The sweep hands a run its references with the steps of the trials measured before it, when
+    those carry fingerprints (:class:`tracetui.plan.Measured`)."""
+    measured = Measured()
+    a, b = Trial(8, 1), Trial(1, 8)
+    for t in (a, b):
+        measured.add(RunSpec(f"s/{t.split}", t, 0))
+    for k, n in enumerate(LENGTHS, 1):
+        measured.observe(make("step", "s/8x1", step=k, warmup=False, wall_ms=100.0 * n, fingerprint=f"f{k}"))
+    (ref,) = measured.references(b, 6)
+    assert len(ref) == 3 and ref[2][0] == [1, "f1", 100.0]
+    result = measured.result(RunSpec("s/8x1", a, 0), "ok")
+    assert result.steps[0] == (1, "f1", 100.0)
+
+
+def test_search_calls_a_neighbour_clearly_faster_step_by_step():
+    planner = SearchPlanner([Trial(8, 1), Trial(4, 2)], repeats=1)
+    fast, slow = Trial(8, 1), Trial(4, 2)
+    for t, per in ((fast, 100.0), (slow, 150.0)):
+        steps = [(k, f"f{k}", per * n * (1.01 if k % 2 else 0.99)) for k, n in enumerate(LENGTHS, 1)]
+        planner.outcome[t] = [TrialResult(RunSpec("s/" + t.split, t, 0), "ok", [w for *_, w in steps], None, "",
+                                          steps)]
+    assert planner.clearly_faster(fast, slow)
+    for t in (fast, slow):  # the same times, their rows unknown: the medians' intervals overlap
+        planner.outcome[t][0].steps = [(k, None, w) for k, _, w in planner.outcome[t][0].steps]
+    assert not planner.clearly_faster(fast, slow)
+
+
+def test_recorded_logs_report_pairing_or_its_refusal():
+    """The recorded H200 sweep predates fingerprints: its verdict says it compared unpaired and
+    why; the recorded CPU sweep of checkpointing off and on (ragged rows, one run each) pairs
+    every measured step."""
+    h200 = summarise(Results().extend(read_events([DATA / "h200_sweep.jsonl"]).events))
+    assert {r["comparison"] for r in h200 if not r["speedup_vs_slowest"] == 1.0} == {
+        "unpaired: steps without row fingerprints"}
+    assert "unpaired: steps without row fingerprints) at effective batch 4" in verdict(h200)
+    events = read_events([DATA / "cpu_paired_ckpt.jsonl"]).events
+    rows = summarise(Results().extend(events))
+    fast = next(r for r in rows if r["fastest"])
+    measured = [e for e in events if e["type"] == "step" and not e["warmup"]]
+    assert len(measured) == 18 and all(e["fingerprint"] for e in measured)
+    assert fast["comparison"] == "paired over 9 steps" and fast["paired_steps"] == 9
+    # recorded on a shared two-core machine that was busy: held back unless allowed, then said
+    assert "held back: the machine was busy" in verdict(rows)
+    assert "paired over 9 steps" in verdict(rows, Policy(allow_busy=True))

@@ -44,8 +44,33 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    if _group(item) >= 2:
+        _start_scenarios(item.session)
     yield
     _collect_and_freeze()
+
+
+def _reads_scenarios(item) -> bool:
+    return "scenario_results" in getattr(item, "fixturenames", ())
+
+
+def _group(item) -> int:
+    if _reads_scenarios(item):
+        return 3
+    if item.get_closest_marker("slow") is None:
+        return 0
+    return 1 if item.get_closest_marker("quiet") is not None or "until_confident_sweep" in item.fixturenames else 2
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The quick tests first, then the slow ones that check what a comparison of timings
+    concluded (``quiet``, and the readers of :func:`until_confident_sweep`), on a machine that
+    nothing else of the session's own loads; then the other slow tests, beside which the
+    scenarios of real processes (:func:`scenarios`) run in the background from the first of them
+    on; last the tests that read what those scenarios saw. (A stable sort: within each group the
+    order is the files' own.)"""
+    items.sort(key=_group)
+
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays
 #: that need a CPU machine's log beside the H200's and no training of their own
@@ -208,19 +233,42 @@ def scenarios(module: str, table: dict, first=()) -> dict:
     return table
 
 
-@pytest.fixture(scope="session")
-def scenario_results(request, tmp_path_factory) -> dict:
-    """What each scenario of every module under test returned, by module, then by name: run once,
-    when a test first asks, for every selected test that reads them."""
-    wanted = sorted({item.module.__name__ for item in request.session.items
-                     if "scenario_results" in getattr(item, "fixturenames", ())})
+#: the background run of the scenarios (:func:`_start_scenarios`): its thread and what it returned
+_POOL: dict = {}
+
+
+def _start_scenarios(session) -> None:
+    """Start, once, in a background thread, the scenarios of every module whose selected tests
+    read them (:func:`scenario_results`), :data:`SCENARIOS_AT_ONCE` at a time, the ``first`` of
+    each module before the rest: they then run beside the slow tests that come before the tests
+    that read them (most of their time is spent starting processes and waiting for them: the
+    slow tests take what they leave of the two cores, and the other way round). Scenarios check
+    nothing that depends on how busy the machine is; the quick tests have all run by then."""
+    if _POOL:
+        return
+    wanted = sorted({item.module.__name__ for item in session.items if _reads_scenarios(item)})
     registered = [(m, _SCENARIOS[m]) for m in wanted if m in _SCENARIOS]
     order = [(m, k) for m, r in registered for k in r["first"]]
     order += [(m, k) for m, r in registered for k in r["table"] if (m, k) not in order]
     tables = dict(registered)
-    got = side_by_side(tmp_path_factory, {(m, k): tables[m]["table"][k] for m, k in order}, most=SCENARIOS_AT_ONCE)
+    factory = session.config._tmp_path_factory  # (what the tmp_path_factory fixture returns)
+
+    def run() -> None:
+        _POOL["results"] = side_by_side(factory, {(m, k): tables[m]["table"][k] for m, k in order},
+                                        most=SCENARIOS_AT_ONCE)
+
+    _POOL["thread"] = threading.Thread(target=run, daemon=True, name="scenarios")
+    _POOL["thread"].start()
+
+
+@pytest.fixture(scope="session")
+def scenario_results(request) -> dict:
+    """What each scenario of every module under test returned, by module, then by name: run once
+    (started with the first slow test, or here), for every selected test that reads them."""
+    _start_scenarios(request.session)
+    _POOL["thread"].join()
     by_module: dict = {}
-    for (m, k), v in got.items():
+    for (m, k), v in _POOL["results"].items():
         by_module.setdefault(m, {})[k] = v
     return by_module
 

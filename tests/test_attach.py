@@ -148,11 +148,15 @@ def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_pa
     assert rows["4x1"]["steps_measured"] == "39" and rows["4x1"]["stopped_early"] == "False"
     assert rows["1x4"]["stop_reason"] == "settled" and 5 <= int(rows["1x4"]["steps_measured"]) < 39
     # where each run's start went: the interpreter, the script's own imports, model and data, the
-    # trainer's set-up; they add up to process start -> training, and the script's part is most
-    for r in rows.values():
-        parts = [float(r[k]) for k in ("start_interpreter_s", "start_script_s", "start_trainer_s")]
-        assert abs(sum(parts) - float(r["start_s"])) < 0.01 and all(p >= 0 for p in parts), r
-        assert parts[1] > parts[0] and r["start_imports_s"] == "", r
+    # trainer's set-up; they add up to process start -> training. Both runs forked from tracetui's
+    # server: the first (4x1) waited for its imports, the second found them done
+    parts = {s: [float(r[k]) for k in ("start_interpreter_s", "start_script_s", "start_trainer_s")]
+             for s, r in rows.items()}
+    for s, r in rows.items():
+        assert abs(sum(parts[s]) - float(r["start_s"])) < 0.01 and all(p >= 0 for p in parts[s]), r
+        assert r["start_imports_s"] == "", r
+    assert parts["4x1"][0] > parts["1x4"][0], parts  # 4x1 ran first
+    assert "each run starts forked from tracetui's server" in proc.stderr
 
 
 def test_sweep_refuses_fixed_split_flags():
@@ -241,7 +245,9 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
     assert out == [f"run 1: 1x4 (effective batch 4): python {EXAMPLE} --no_trace --per_device_train_batch_size 1 "
                    "--gradient_accumulation_steps 4",
                    f"run 2: 4x1 (effective batch 4): python {EXAMPLE} --no_trace --per_device_train_batch_size 4 "
-                   "--gradient_accumulation_steps 1"]
+                   "--gradient_accumulation_steps 1", out[2]]
+    # how the runs would start: ``python`` here may be another interpreter than tracetui's
+    assert out[2].startswith("each run starts ")
     assert not list(tmp_path.glob("runs/*/events.jsonl"))
 
 

@@ -354,10 +354,13 @@ def emitted(scenario_results):
 def test_script_sweep_file_trains_as_measured(emitted):
     """``tracetui sweep -- trl sft ...`` on a tiny local model; the recommendation's file, run with
     ``trl sft --config``, trains with the command's LoRA, rate, schedule and length (not
-    tracetui's defaults) and the recommended split."""
+    tracetui's defaults) and the recommended split. The sweep's runs started forked from
+    tracetui's server (TRL's launcher resolved in them), and what their trainers read back is what
+    plain ``trl sft`` trains with."""
     got = outcome(emitted, "script")
     proc, cmd, tmp_path = got["proc"], got["cmd"], got["folder"]
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "each run starts forked from tracetui's server" in proc.stderr
     best = recommended(tmp_path / "runs")
     assert f"tracetui: use {best['trial']} for effective batch 4" in proc.stderr
     path = tmp_path / "best.yaml"

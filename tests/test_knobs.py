@@ -194,7 +194,7 @@ def test_a_script_sweep_sets_the_varied_settings_on_the_command_line(tmp_path):
     try:
         assert sweep.warnings == []  # both are SFTConfig flags: nothing to warn about
         t = next(t for t in trials if t.setting("activation_checkpointing") and not t.setting("liger"))
-        cmd = sweep.command_for(RunSpec("x/1", t, 0))
+        cmd = sweep.trial_command(RunSpec("x/1", t, 0), tmp_path / "x").argv
         assert cmd == ["python", "train.py", "--max_steps", "5", "--per_device_train_batch_size", "2",
                        "--gradient_accumulation_steps", "1", "--gradient_checkpointing", "true",
                        "--use_liger_kernel", "false"]

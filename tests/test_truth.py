@@ -168,6 +168,7 @@ def test_repeats_widen_the_interval_and_the_table_says_what_it_covers():
     _run(one, "s/2x1", 2, 1, [150.0 + (i % 3) for i in range(12)])
     rows = summarise(Results().extend(one))
     assert all(r["ci_scope"] == "steps" for r in rows) and "step noise only" in scope_note(rows)
+    assert scope_note(rows[:1]) == ""  # one trial (tracetui run, a watched script): nothing compared
     _run(two, "s/1x2#1", 1, 2, [200.0 + (i % 3) for i in range(12)])
     _run(two, "s/1x2#2", 1, 2, [260.0 + (i % 3) for i in range(12)])
     _run(two, "s/2x1#1", 2, 1, [150.0 + (i % 3) for i in range(12)])

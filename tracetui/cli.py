@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
+from . import __version__, clock, commands
 from .config import ConfigError, add_arguments, check_environment
-from .session import (EXIT_INTERRUPTED, EXIT_OK, UsageError, fail_line, add_output_args, Parser, load_config,
+from .plan import dry_run_lines
+from .runner.lifetime import stop_server
+from .runner.script import DdpSweep
+from .search import make_planner
+from .session import (EXIT_INTERRUPTED, EXIT_OK, Parser, UsageError, add_output_args, fail_line, load_config,
                       run_headless)
 
 
@@ -32,15 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import clock
-
     clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         check_environment()  # the TRACETUI_* variables, as the flags: before anything runs
         if argv and argv[0] in ("show", "watch", "sweep", "run"):
-            from . import commands
-
             return getattr(commands, f"{argv[0]}_main")(argv[1:])
         ns = build_parser().parse_args(argv)
         # the monitor opens before the checks that import the libraries, and says it waits on them
@@ -48,21 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         return fail_line(str(exc))
     except KeyboardInterrupt:
-        from .runner.lifetime import stop_server
-
         stop_server()  # (it may still be importing: it would go on for seconds)
         return fail_line("interrupted before any run started", EXIT_INTERRUPTED)
     if getattr(ns, "dry_run", False):
-        from .plan import dry_run_lines
-        from .search import make_planner
-
         for line in dry_run_lines(make_planner(cfg, splits), cfg):
             print(line)
         return EXIT_OK
     sweep = None
     if cfg.world_size > 1:
-        from .runner.script import DdpSweep
-
         sweep = DdpSweep(cfg, splits)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)

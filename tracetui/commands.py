@@ -6,9 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .session import EXIT_NONE_OK, UsageError, add_output_args, check_outputs, Parser, say, write_and_report
-from .config import ConfigError
+from .analysis import Results
+from .attach import ListenerError, SocketListener, default_socket_path
+from .config import ConfigError, add_arguments, check_runs_dir, whole_number
 from .outputs import Outputs
+from .paths import input_file_problem
+from .plan import dry_run_lines
+from .runner.command import CommandRun
+from .runner.launch import launcher_for
+from .runner.script import ScriptSweep, check_command, check_script_exists, how_runs_start, start_line
+from .runner.sweep import new_sweep_id
+from .search import make_planner
+from .session import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_args, check_new, check_outputs,
+                      load_config, progress_printer, run_headless, say, write_and_report)
+from .store import EventLog, read_events
+from .text import clean
 
 
 def _show_parser() -> Parser:
@@ -26,8 +38,6 @@ def _check_outputs(ns, default: str | None = None) -> None:
     try:
         check_outputs(ns)
         if default and not ns.output:
-            from .session import check_new
-
             check_new(default, "--output", ns.force)
     except ConfigError as exc:
         raise UsageError(f"{exc}" + ("; or give -o PATH" if default and not ns.output else "")) from None
@@ -35,7 +45,6 @@ def _check_outputs(ns, default: str | None = None) -> None:
 
 def _check_runs_dir(ns) -> None:
     """``--runs-dir`` of ``watch`` and ``run``, as a sweep's (:func:`tracetui.config.check_runs_dir`)."""
-    from .config import check_runs_dir
 
     try:
         check_runs_dir(ns.runs_dir)
@@ -44,10 +53,6 @@ def _check_runs_dir(ns) -> None:
 
 
 def show_main(argv: list[str]) -> int:
-    from .analysis import Results
-    from .store import read_events
-
-    from .paths import input_file_problem
 
     ns = _show_parser().parse_args(argv)
     for f in ns.files:
@@ -85,11 +90,6 @@ def _watch_parser() -> Parser:
 def watch_main(argv: list[str]) -> int:
     import threading
 
-    from .analysis import Results
-    from .attach import ListenerError, SocketListener, default_socket_path
-    from .session import StopSignals, progress_printer, say
-    from .runner.sweep import new_sweep_id
-    from .store import EventLog
 
     ns = _watch_parser().parse_args(argv)
     _check_runs_dir(ns)
@@ -151,14 +151,15 @@ def memory_line(results, log_path: str) -> str:
 
 
 def _sweep_parser() -> Parser:
-    from .config import add_arguments
-
     p = Parser(prog="tracetui sweep", description=(
         "Run an unmodified HF/TRL training script once per split: tracetui sets "
         "--per_device_train_batch_size and --gradient_accumulation_steps and attaches its probe. "
         "Usage: tracetui sweep --splits 1x4,2x2,4x1 -- python train.py ARGS"))
     add_arguments(p)
     add_output_args(p)
+    p.add_argument("--fresh", action="store_true",
+                   help="start each run as the command itself starts (a fresh interpreter), not forked from "
+                        "tracetui's server with the libraries imported once")
     return p
 
 
@@ -179,7 +180,6 @@ def _run_parser() -> Parser:
         "split and settings, no sweep. Usage: tracetui run -- trl sft ARGS, or -- python train.py ARGS. "
         "The command's output goes to a file beside the events."))
     p.add_argument("--runs-dir", default="tracetui_runs", help="where the events and the command's output go")
-    from .config import whole_number
 
     p.add_argument("--warmup", type=whole_number(0, 1_000_000), default=3,
                    help="optimizer steps measured but not counted")
@@ -191,10 +191,6 @@ def run_main(argv: list[str]) -> int:
     import shlex
     import shutil
 
-    from .analysis import Results
-    from .runner.command import CommandRun
-    from .runner.script import check_script_exists
-    from .session import StopSignals, progress_printer, say
 
     own, cmd = _command_after_dashes(argv, "run", _run_parser)
     ns = _run_parser().parse_args(own)
@@ -250,10 +246,6 @@ def run_main(argv: list[str]) -> int:
 
 
 def sweep_main(argv: list[str]) -> int:
-    from .session import load_config, run_headless
-    from .config import ConfigError
-    from .runner.script import ScriptSweep, check_command, check_script_exists
-
     own, cmd = _command_after_dashes(argv, "sweep", _sweep_parser)
     ns = _sweep_parser().parse_args(own)
     try:
@@ -263,17 +255,14 @@ def sweep_main(argv: list[str]) -> int:
         raise UsageError(str(exc)) from None
     cfg, splits = load_config(ns, deep=False)
     if getattr(ns, "dry_run", False):  # each run's command (the script's steps and model are its own)
-        import shlex
 
-        from .plan import dry_run_lines
-        from .runner.script import script_command
-        from .search import make_planner
-
+        launcher = launcher_for(cmd)
         for line in dry_run_lines(make_planner(cfg, splits, short_runs=False), cfg,
-                                  lambda d: ": " + shlex.join(script_command(cmd, d.trial))):
+                                  lambda d: ": " + launcher.trial_command(cmd, d.trial).described()):
             print(line)
+        print(clean(start_line(cmd, *how_runs_start(cmd, ns.fresh))))
         return 0
-    sweep = ScriptSweep(cfg, splits, cmd)
+    sweep = ScriptSweep(cfg, splits, cmd, fresh=ns.fresh)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
     from .tui.app import run_app

@@ -554,8 +554,6 @@ def check_value(name: str, value: Any, flag: str | None = None) -> None:
         if len(value) > MAX_TEXT:
             raise ConfigError(flag, f"is {len(value)} characters long", f"give at most {MAX_TEXT}")
         if not value.isprintable():
-            from .text import clean
-
             bad = next(ch for ch in value if not ch.isprintable())
             raise ConfigError(flag, f"{shown(value)} holds a character that is not printable ({clean(bad)})",
                               "give plain text")
@@ -808,6 +806,8 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     # a run id is at most 200 characters (tracetui.events)
     EnvVar("TRACETUI_RUN_ID", "the run id TraceCallback reports under", max_len=200),
     EnvVar("TRACETUI_OWNER_PID", "the tracetui process a trial dies with", "int", low=1, high=2**22,
+           by_tracetui=True),
+    EnvVar("TRACETUI_FORKED", "set in a script's run forked from tracetui's server", "choice", choices=("1",),
            by_tracetui=True),
     EnvVar("TRACETUI_STARTED_AT", "when the sweep started a script's process (unix seconds)", "float", low=0,
            by_tracetui=True),

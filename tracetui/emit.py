@@ -1,4 +1,6 @@
-"""``--emit-config FILE``: the recommendation as a TRL config file.
+"""``--emit-config FILE``: the recommendation as a TRL config file (or, for a config-file trainer
+such as axolotl or LLaMA-Factory, as the user's own config with the recommended keys:
+:func:`write_config`).
 
 ``trl sft --config FILE`` reads a YAML file whose keys are the fields of TRL's
 ``ScriptArguments``, ``SFTConfig``, ``ModelConfig`` and ``DatasetMixtureConfig``; a key that is
@@ -32,10 +34,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Collection
 
+import yaml
+
 from .analysis import sft_arguments
 from .config import DATA_SUFFIXES, SweepConfig, dataset_kind, model_kind
 from .knobs import model_args
-from .runner.script import script_command, script_parts
+from .runner.launch import ConfigFile, launcher_for, script_parts
+from .runner.script import script_command
 from .trial import Trial
 
 #: fields renamed between releases, the newest name first: a setting is written under the first
@@ -139,8 +144,6 @@ def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple
     them: field -> value for every field given (a ``--config FILE`` first, as ``TrlParser`` reads
     it, the flags over it), and what the parser could not read: ``(arguments, why)`` each.
     ``parser`` is changed (its defaults removed): give a fresh one (:func:`trl_parser`)."""
-    import yaml
-
     for action in parser._actions:  # only what is given comes back: no defaults, nothing required
         if action.dest != "help":
             action.default, action.required = argparse.SUPPRESS, False
@@ -303,21 +306,54 @@ def winning_command(cmd: list[str], row: dict) -> list[str]:
     return script_command(list(cmd), Trial.from_fields(row))
 
 
-def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
-    """Write :func:`trl_config`'s file to ``path`` (the notes as comments at its top) and return
-    the notes. Written whole or not at all: a temporary file in the same folder, then renamed
-    over ``path``. A symbolic link or anything but a regular file at ``path`` is refused
-    (:class:`ValueError`), never written through."""
-    import yaml
+def config_trainer(cmd: list[str] | None) -> ConfigFile | None:
+    """The config-file trainer (axolotl, LLaMA-Factory) a swept command runs, or None."""
+    launcher = launcher_for(list(cmd)) if cmd else None
+    return launcher if isinstance(launcher, ConfigFile) else None
 
+
+def winning_line(cmd: list[str], row: dict, emitted: str | None = None) -> str:
+    """What the recommendation changes in the user's command, as one line: the command with the
+    recommended trial's flags, or, for a config-file trainer, the keys its config gets (and the
+    command on the emitted file, when there is one)."""
+    trainer = config_trainer(cmd)
+    if trainer is None:
+        return f"the recommendation's command: {shlex.join(winning_command(cmd, row))}"
+    _text, changed = trainer.recommended(list(cmd), Trial.from_fields(row))
+    keys = ", ".join(f"{k}: {v}" for k, _old, v in changed) or "nothing (it is the config's own)"
+    line = f"the recommendation's keys for {cmd[trainer.index]}: {keys}"
+    if emitted:
+        argv = list(cmd)
+        argv[trainer.index] = emitted
+        line += f"; run {shlex.join(argv)}"
+    return line
+
+
+def write_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> tuple[str, list[str]]:
+    """Write the recommendation to ``path``: for a config-file trainer, the user's config with the
+    recommended keys (its comments and order kept); else a TRL config (:func:`trl_config`). What
+    was written, as words, and the notes."""
+    trainer = config_trainer(cmd)
+    if trainer is None:
+        notes = write_trl_config(path, row, cfg, cmd)
+        return f"TRL config for {row['trial']} in {path}: trl sft --config {path}", notes
+    text, changed = trainer.recommended(list(cmd), Trial.from_fields(row))
+    _write_whole(path, text)
+    argv = list(cmd)
+    argv[trainer.index] = path
+    notes = [f"{k}: {old} -> {new}" for k, old, new in changed]
+    return f"{trainer.name} config for {row['trial']} in {path}: {shlex.join(argv)}", notes
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file in the same folder, then
+    renamed over ``path``. A symbolic link or anything but a regular file at ``path`` is refused
+    (:class:`ValueError`), never written through."""
     if os.path.islink(path):
         raise ValueError(f"--emit-config: {path} is a symbolic link; give the path of a regular file "
                          "(tracetui does not write through links)")
     if os.path.lexists(path) and not os.path.isfile(path):
         raise ValueError(f"--emit-config: {path} exists and is not a regular file; give a file path")
-    data, notes = trl_config(row, cfg, cmd, path=path)
-    text = "".join(f"# {' '.join(n.splitlines())}\n" for n in notes)
-    text += yaml.safe_dump(data, sort_keys=False)
     folder = os.path.dirname(os.path.abspath(path))
     mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
@@ -334,4 +370,13 @@ def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | No
         except OSError:
             pass
         raise
+
+
+def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
+    """Write :func:`trl_config`'s file to ``path`` (the notes as comments at its top) and return
+    the notes (see :func:`_write_whole`)."""
+    data, notes = trl_config(row, cfg, cmd, path=path)
+    text = "".join(f"# {' '.join(n.splitlines())}\n" for n in notes)
+    text += yaml.safe_dump(data, sort_keys=False)
+    _write_whole(path, text)
     return notes

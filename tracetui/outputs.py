@@ -12,13 +12,17 @@ the JSON, the closing lines on stderr and the monitor's screen all take them fro
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
+from .emit import config_trainer, winning_command, winning_line, write_config
 from .export import steps_csv, summary_csv, summary_json
+from .runner.launch import DROPPED
+from .trial import Trial
 
 
 def output_format(ns) -> str:
@@ -213,43 +217,38 @@ class Outputs:
         out: dict = {"policy": {"allow_result_changes": self.policy.allow_result_changes,
                                 "allow_busy": self.policy.allow_busy}}
         if answer.best and self.cmd:
-            out["command"] = winning_command_line(self.cmd, answer.best[0])
+            trainer = config_trainer(self.cmd)
+            if trainer is None:
+                out["command"] = shlex.join(winning_command(self.cmd, answer.best[0]))
+            else:  # a config-file trainer: the keys its config gets
+                _text, changed = trainer.recommended(list(self.cmd), Trial.from_fields(answer.best[0]))
+                out["config_keys"] = {k: (None if new is DROPPED else new) for k, _old, new in changed}
         if self.emit_config:
             out["emitted_config"] = self.emit_config if answer.best else None
         return out
 
     def _handoff(self, answer: Answer) -> list[str]:
         lines = []
+        more = f" (the first of {len(answer.best)} effective batches)" if len(answer.best) > 1 else ""
         if answer.best and self.cmd:
-            more = f" (the first of {len(answer.best)} effective batches)" if len(answer.best) > 1 else ""
-            lines.append(f"the recommendation's command{more}: {winning_command_line(self.cmd, answer.best[0])}")
+            said = winning_line(self.cmd, answer.best[0])
+            lines.append(said.replace(":", f"{more}:", 1))
         if not self.emit_config:
             return lines
         if not answer.best:
             return lines + [f"no recommendation, so {self.emit_config} was not written"]
-        from .emit import write_trl_config
-
         best = answer.best[0]
         try:
             why = self.refusal(self.emit_config)
             if why:
                 raise OSError(why)
-            notes = write_trl_config(self.emit_config, best, self.cfg, self.cmd) or []
+            wrote, notes = write_config(self.emit_config, best, self.cfg, self.cmd)
         except OSError as exc:
             return lines + [f"error: {_why(exc, self.emit_config)}; the summary is written"]
         self._own.add(os.path.abspath(self.emit_config))
-        more = f" (the first of {len(answer.best)} effective batches)" if len(answer.best) > 1 else ""
-        lines.append(f"TRL config for {best['trial']}{more} in {self.emit_config}: trl sft --config {self.emit_config}")
+        head, _, rest = wrote.partition(" in ")
+        lines.append(f"{head}{more} in {rest}")
         return lines + [f"  {n}" for n in notes]
-
-
-def winning_command_line(cmd: list[str], row: dict) -> str:
-    """The swept command with the recommended trial's flags, as one shell line."""
-    import shlex
-
-    from .emit import winning_command
-
-    return shlex.join(winning_command(cmd, row))
 
 
 def _why(exc: OSError, path: str) -> str:

@@ -18,8 +18,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .analysis import SETTLE_Z, enough_for_interval, settle_interval
 from .events import RUN_STAGE, STEP
 from .knobs import SHORT
+from .text import clean
 from .trial import Trial
 
 
@@ -186,8 +188,6 @@ class Measured:
         """Intervals of the other trials of ``trial``'s effective batch with ``least`` steps; each
         with those steps too where they carry row fingerprints (the stopping rule then compares
         step by step: :func:`tracetui.analysis.settled`)."""
-        from .analysis import SETTLE_Z, enough_for_interval, settle_interval
-
         out = []
         for t, w in self._walls.items():
             if t != trial and t.effective_batch == trial.effective_batch and len(w) >= least \
@@ -202,8 +202,6 @@ def dry_run_lines(planner: Planner, cfg, what: Callable[[Decision], str] | None 
     """The plan as ``--dry-run`` prints it: one line per run, or how the planner decides.
     ``what``: the end of a run's line (default: its steps and model; a script sweep's: its
     command)."""
-    from .text import clean
-
     preview = planner.preview()
     if preview is None:
         return [clean(line) for line in [f"{planner.name}: runs are decided as it goes"] + planner.notes()]

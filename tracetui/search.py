@@ -44,8 +44,11 @@ from dataclasses import dataclass, field
 
 from .analysis import (PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios, predicted_text,
                        settle_interval)
+from .columns import fmt_gib
 from .knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
+from .probe.gpu import physical_index
+from .text import say
 from .trial import Trial
 
 #: share of the memory bound a predicted peak may take (the recommendation's 10% headroom)
@@ -63,10 +66,6 @@ HANDFUL = 6
 #: peak comes with the first optimizer step, and the median of three gives the time per
 #: micro-batch the skips use (:func:`probe_length`)
 PROBE_MEASURED = 3
-
-
-def _gib(x: float) -> str:
-    return f"{x:.0f}" if x >= 20 or float(x).is_integer() else f"{x:.3g}"
 
 
 @dataclass
@@ -240,7 +239,7 @@ class SearchPlanner(Planner):
                     fam.probed.add(p)
                     steps = f", {self.probe_steps} steps" if self.probe_steps else ""
                     self._run(p, f"{PROBE_WHY}: one micro-batch of {p.micro_batch} per step{steps}, to learn "
-                                 f"peak memory against the micro-batch ({self.limit_what} {_gib(self.limit)} GiB)")
+                                 f"peak memory against the micro-batch ({self.limit_what} {fmt_gib(self.limit)} GiB)")
                 return
             for (gk, eb), group in self.groups.items():
                 if gk != fk:
@@ -324,7 +323,7 @@ class SearchPlanner(Planner):
     def _mem_why(self, pred: float | None) -> str:
         if pred is None or self.limit is None:
             return ""
-        return f"; {predicted_text(pred)} of {_gib(self.limit)} GiB"
+        return f"; {predicted_text(pred)} of {fmt_gib(self.limit)} GiB"
 
     def _start_why(self, fam: Family, t: Trial) -> str:
         if self.limit is None:
@@ -335,9 +334,9 @@ class SearchPlanner(Planner):
         cap = f" (below micro-batch {fam.oom_at}, which ran out of memory)" if fam.oom_at else ""
         if not fits:
             return (f"largest micro-batch not yet out of memory{cap}, run although {predicted_text(pred)} > "
-                    f"{_gib(self._bound())} GiB (--run-unfit)")
-        return (f"largest micro-batch predicted to fit{cap}: {predicted_text(pred)} <= {_gib(self._bound())} GiB "
-                f"({round(100 * self.headroom)}% of {self.limit_what} {_gib(self.limit)} GiB)")
+                    f"{fmt_gib(self._bound())} GiB (--run-unfit)")
+        return (f"largest micro-batch predicted to fit{cap}: {predicted_text(pred)} <= {fmt_gib(self._bound())} GiB "
+                f"({round(100 * self.headroom)}% of {self.limit_what} {fmt_gib(self.limit)} GiB)")
 
     def _decided(self, t: Trial, why: str) -> None:
         fam = self.families[(t.world_size, t.settings)]
@@ -355,8 +354,8 @@ class SearchPlanner(Planner):
             if fam.oom_at is not None and t.micro_batch >= fam.oom_at:
                 why = f"skipped: micro-batch {t.micro_batch} >= {fam.oom_at}, which ran out of memory"
             elif not fits and pred is not None:
-                over = (f"limit {_gib(self.limit)} GiB" if pred > self.limit else
-                        f"{round(100 * self.headroom)}% of the limit {_gib(self.limit)} GiB (headroom)")
+                over = (f"limit {fmt_gib(self.limit)} GiB" if pred > self.limit else
+                        f"{round(100 * self.headroom)}% of the limit {fmt_gib(self.limit)} GiB (headroom)")
                 why = f"skipped: {predicted_text(pred)} > {over}"
                 self.predicted[t] = pred
             elif best is not None:
@@ -379,7 +378,7 @@ class SearchPlanner(Planner):
                 a, b = line
                 pts = ", ".join(f"{m}: {p:.2f}" for m, p in sorted(fam.memory.points.items()))
                 out.append(f"search{tag}: peak memory ~ {a:.2f} + {b:.3f} x micro-batch GiB "
-                           f"(measured {pts}); limit {self.limit_what} {_gib(self.limit)} GiB")
+                           f"(measured {pts}); limit {self.limit_what} {fmt_gib(self.limit)} GiB")
             if fam.oom_at is not None:
                 out.append(f"search{tag}: micro-batch {fam.oom_at} ran out of memory; nothing at or above it was tried")
         checks = []
@@ -419,8 +418,6 @@ def card_gib(cfg, free: bool = False) -> float | None:
         import pynvml
 
         pynvml.nvmlInit()
-        from .probe.gpu import physical_index
-
         index = physical_index((cfg.gpu_list() or [cfg.gpu_index()])[0])
         info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
         return (info.free if free else info.total) / 2**30
@@ -460,8 +457,6 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     search, line = wants_search(cfg, trials)
     if search:
         if line:
-            from .text import say
-
             say(f"tracetui: {line}")
         return make_search(cfg, trials, short_runs)
     return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)

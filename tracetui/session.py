@@ -12,8 +12,16 @@ import os
 import signal
 from pathlib import Path
 
-from .config import ConfigError, SweepConfig, from_args, validate
+from .analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
+from .config import MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, validate, whole_number
+from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
+from .knobs import SHORT
+from .outputs import Outputs
+from .runner.lifetime import check_start_env, forking, trial_context
+from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
+from .runner.sweep import Sweep
 from .text import say
+from .trial import Trial
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the sweep ran, but some events could not be written to its log (a full disk): the outputs
@@ -65,13 +73,9 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
     g.add_argument("--force", action="store_true", help="replace an existing -o / --steps-csv / --emit-config file")
     g.add_argument("--steps-csv", metavar="PATH", help="also write every measured step as CSV")
     g.add_argument("--dry-run", action="store_true", help="check the settings, print the planned runs, and stop")
-    from .config import MAX_PROJECT_STEPS, whole_number
-
     g.add_argument("--project-steps", type=whole_number(1, MAX_PROJECT_STEPS), default=None, metavar="N",
                    help="project the wall time of a full training run of N optimizer steps per split")
     if answer:
-        from .config import SweepConfig
-
         for name in ("allow_result_changes", "allow_busy"):
             g.add_argument("--" + name.replace("_", "-"), action="store_true",
                            help=SweepConfig.__dataclass_fields__[name].metadata["help"])
@@ -297,17 +301,12 @@ def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig
     say what it waits for; ``ns.checks_deferred`` says whether they were left."""
     cfg = from_args(ns)
     splits = validate(cfg)
-    from .config import check_runs_dir
-
     check_runs_dir(cfg.runs_dir)
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
     check_outputs(ns, cfg, lock=not getattr(ns, "dry_run", False))
     try:
         if deep:
-            from .runner.lifetime import check_start_env, forking, trial_context
-            from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
-
             check_start_env()
             offline = offline_if_hub_unreachable(cfg)  # before the fork server: its trials inherit it
             if offline:
@@ -330,20 +329,11 @@ def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig
 def deferred_checks(cfg: SweepConfig) -> None:
     """The checks :func:`load_config` left (``defer``): in a process forked from the fork server
     once its imports are done. Raises :class:`ConfigError` as they would have."""
-    from .runner.lifetime import trial_context
-    from .runner.preflight import validate_deep_forked
-
     validate_deep_forked(cfg, trial_context())
 
 
 def progress_printer(total_runs: int, steps: int):
     """Headless progress: one line per run start/end and per tenth of a run's steps."""
-    from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
-
-    from .analysis import repeat_mark
-    from .knobs import SHORT
-    from .trial import Trial
-
     state: dict = {"n": 0, "steps": {}, "labels": {}}
 
     def on_event(e: dict) -> None:
@@ -399,8 +389,6 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
     events could not be written, 1 when the summary could not be written or no split finished
     (``need_ok``: a sweep; a replay or a watch has nothing to finish) or a run failed in a way
     nobody planned (crashed, an error, stalled: :data:`~tracetui.events.UNPLANNED_KINDS`), else 0."""
-    from .events import UNPLANNED_KINDS
-
     if same_failure and not signum:
         return EXIT_USAGE
     if interrupted or signum:
@@ -448,10 +436,6 @@ def run_headless(cfg: SweepConfig, splits: list, ns, sweep=None) -> int:
 
 
 def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignals) -> int:
-    from .analysis import Results
-    from .outputs import Outputs
-    from .runner.sweep import Sweep
-
     results = Results()
     # A script sweep's step count is the script's own (it arrives with each run_started).
     if sweep is None:
@@ -468,7 +452,7 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     sweep.on_event = on_event
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
-    line = sweep.sharing_line()
+    line = sweep.start_line()
     if line:
         say(f"tracetui: {line}")
     planned = sweep.planned()
@@ -507,15 +491,13 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
 
 def sweep_time_line(results, sweep_id: str | None) -> str:
     """Where sweep ``sweep_id``'s time went, in one line (:func:`tracetui.analysis.time_line`)."""
-    from .analysis import time_line, time_spent
-
     spent = [t for t in time_spent(results) if t["sweep"] == sweep_id]
     return f"time: {time_line(spent[0])}" if spent and time_line(spent[0]) else ""
 
 
 def no_split_finished(results) -> str:
     """One line: nothing could be measured, and why (the first failure's reason)."""
-    failed = [r for r in results.runs.values() if r.status not in ("ok", "queued", "warming up", "running")]
+    failed = [r for r in results.runs.values() if r.status not in ("ok", *LIVE_STATUSES)]
     if not failed:
         return "no split finished"
     kinds: dict[str, int] = {}

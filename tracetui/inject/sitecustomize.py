@@ -56,6 +56,17 @@ if os.environ.get("TRACETUI_OWNER_PID", "").isdecimal() and int(os.environ["TRAC
     _die_with_owner(int(os.environ["TRACETUI_OWNER_PID"]))
 
 
+#: the one line a run says when the probe cannot attach in its environment (tracetui reads it)
+UNMEASURED = "tracetui: could not attach the probe"
+
+
+def _unmeasured(exc: BaseException) -> None:
+    """One printable line, never a traceback: what failed, and that training goes on. Nothing of
+    tracetui is imported for it (in a foreign environment tracetui may be what failed)."""
+    said = " ".join(f"{UNMEASURED} ({type(exc).__name__}: {exc}); training goes on unmeasured".split())
+    sys.stderr.write("".join(c if c.isprintable() else "?" for c in said)[:600] + "\n")
+
+
 def _patch_trainer(module) -> None:
     trainer_cls = getattr(module, "Trainer", None)
     if trainer_cls is None or getattr(trainer_cls, "_tracetui_patched", False):
@@ -71,9 +82,7 @@ def _patch_trainer(module) -> None:
             if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
                 self.add_callback(TraceCallback())
         except Exception as exc:  # noqa: BLE001 - measuring must never stop training
-            from tracetui.text import clean
-
-            sys.stderr.write(clean(f"tracetui: could not attach the probe ({exc}); training goes on unmeasured") + "\n")
+            _unmeasured(exc)
 
     trainer_cls.__init__ = __init__
     trainer_cls._tracetui_patched = True
@@ -103,11 +112,15 @@ class _TrainerFinder(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("TRACETUI_SOCKET"):
-    sys.meta_path.insert(0, _TrainerFinder())
+    if "transformers.trainer" in sys.modules:  # a run forked from tracetui's server: imported already
+        _patch_trainer(sys.modules["transformers.trainer"])
+    else:
+        sys.meta_path.insert(0, _TrainerFinder())
 
-# Chain to the sitecustomize this file shadows, if there is one.
-_rest = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
-if _spec is not None and _spec.origin and os.path.dirname(os.path.abspath(_spec.origin)) != _HERE:
-    _mod = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_mod)
+# Chain to the sitecustomize this file shadows, if there is one (a forked run's server ran it).
+if not os.environ.get("TRACETUI_FORKED"):
+    _rest = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+    _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
+    if _spec is not None and _spec.origin and os.path.dirname(os.path.abspath(_spec.origin)) != _HERE:
+        _mod = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(_mod)

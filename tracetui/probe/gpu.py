@@ -11,6 +11,7 @@ import threading
 from typing import Any, Callable
 
 from ..events import NOTICE, GpuSample, make
+from .quiet import measuring_root
 
 
 def open_nvml(index: int | None = None, uuid: str | None = None) -> tuple[Any, Any, str | None]:
@@ -91,8 +92,6 @@ def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
     procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     me = os.getpid()
     if any(p.pid == me for p in procs):
-        from .quiet import measuring_root
-
         root = measuring_root()
         others = [p for p in procs if p.pid != me and not _sweeps_own(p.pid, root)]
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30

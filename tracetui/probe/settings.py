@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from ..flops import profile_of_model
 from .environment import library_versions
 
 def _arg(args: Any, *names: str, default: Any = None) -> Any:
@@ -109,8 +110,6 @@ def comm_volume(model: Any, world: int, grad_accum: int, sharding: str) -> tuple
 
 
 def _work(model: Any) -> dict | None:
-    from ..flops import profile_of_model
-
     profile = profile_of_model(model) if model is not None else None
     return profile.to_dict() if profile is not None else None
 

@@ -19,7 +19,9 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from ..attach import SocketListener
 from ..store import EventLog
+from .launch import launcher_for
 from .script import probe_env
 from .sweep import new_sweep_id
 
@@ -49,7 +51,6 @@ class CommandRun:
 
     def start(self, on_event: Callable[[dict], None]) -> None:
         """Listen, then start the command; returns at once. Raises ``OSError`` if it cannot start."""
-        from ..attach import SocketListener
 
         def take(e: dict) -> None:
             self.log.append(e)
@@ -58,7 +59,8 @@ class CommandRun:
         self.listener = SocketListener(self.socket_path, take).start()
         with open(self.output_path, "wb") as out:
             try:
-                self.proc = subprocess.Popen(self.cmd, env=probe_env(self.socket_path, self.warmup), stdin=subprocess.DEVNULL,
+                env = launcher_for(self.cmd).environment(self.cmd, probe_env(self.socket_path, self.warmup))
+                self.proc = subprocess.Popen(self.cmd, env=env, stdin=subprocess.DEVNULL,
                                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError:
                 self.close()

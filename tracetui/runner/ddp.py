@@ -11,6 +11,11 @@ import argparse
 import json
 import os
 
+from ..attach import TraceCallback
+from ..config import SweepConfig
+from .preflight import device_kind
+from .worker import build_trainer, cap_memory, resolve_precision
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -20,11 +25,6 @@ def main() -> None:
     ns = p.parse_args()
 
     import torch
-
-    from ..attach import TraceCallback
-    from ..config import SweepConfig
-    from .preflight import device_kind
-    from .worker import build_trainer, cap_memory, resolve_precision
 
     cfg = SweepConfig(**json.loads(ns.config_json))
     local = int(os.environ.get("LOCAL_RANK", 0))

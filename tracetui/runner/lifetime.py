@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Callable
 
+from ..config import env_value
+
 # ---- no trial outlives tracetui ---------------------------------------------------------------
 #
 # The kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills a trial when tracetui
@@ -174,7 +176,6 @@ def forking() -> bool:
 def check_start_env() -> None:
     """A misspelt ``TRACETUI_START`` (``forksever``) would quietly start fresh interpreters:
     refuse it with one line instead."""
-    from ..config import env_value
 
     env_value(START_ENV)  # (declared with the others: tracetui.config.ENVIRONMENT)
 

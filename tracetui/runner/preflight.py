@@ -8,13 +8,18 @@ import os
 import sys
 from typing import Any
 
+from .. import clock
 from ..config import ConfigError, SweepConfig, dataset_kind, model_kind
+from ..presets import build_config
+from ..text import say
+from .lifetime import release_server, restart_server_if_gone, server_pid, set_parent_death_signal
+from .sources import load_text_dataset
 
 
 def validate_deep(cfg: SweepConfig) -> None:
     """Checks that need the model, the data or the GPU: run once before any run, in a process
     forked from the fork server where there is one (:func:`validate_deep_forked`), else here."""
-    from ..probe.callback import missing_callback_events
+    from ..probe.callback import missing_callback_events  # (imports torch and transformers)
 
     why = missing_callback_events()
     if why:
@@ -31,14 +36,10 @@ def validate_deep(cfg: SweepConfig) -> None:
             raise ConfigError("--model", f"cannot load {cfg.model!r} ({first[:160]})",
                               "check the path or id, or use a built-in preset such as tiny") from None
     else:
-        from ..presets import build_config
-
         model_config = build_config(cfg.model)
     check_lora_targets(cfg, model_config)
     dkind = dataset_kind(cfg.dataset)
     if dkind != "synthetic":
-        from .sources import load_text_dataset
-
         ds = load_text_dataset(cfg)  # raises ConfigError with a precise message
         if len(ds) == 0:
             raise ConfigError("--dataset", f"{cfg.dataset} has no rows", "give a data set with text in it")
@@ -225,9 +226,6 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
     import time
     from multiprocessing.connection import wait
 
-    from .. import clock
-    from .lifetime import restart_server_if_gone, server_pid
-
     answer = None
     proc = None
     reader, writer = ctx.Pipe(duplex=False)
@@ -239,8 +237,6 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
         writer.close()
         ready = wait([reader, proc.sentinel], SLOW_CHECK_S)
         if not ready:  # a hub that takes the connection and never answers: say so, not silence
-            from ..text import say
-
             say(f"tracetui: still checking {cfg.model} and {cfg.dataset} after {SLOW_CHECK_S:.0f} s "
                 "(a hub that does not answer?); Ctrl-C stops")
             ready = wait([reader, proc.sentinel])
@@ -266,8 +262,6 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
 
 
 def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
-    from .lifetime import release_server, set_parent_death_signal
-
     release_server()  # as a trial: dies with tracetui, and the driver's own CUDA check
     if server:
         set_parent_death_signal(server)

@@ -16,39 +16,30 @@ import queue
 import shutil
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from ..attach import SocketListener
 from ..config import ConfigError, SweepConfig
-from ..knobs import KNOBS, script_args
+from ..events import make
+from ..knobs import KNOBS
 from ..plan import Planner, RunSpec
 from ..store import EventLog
 from ..trial import Trial
-from .lifetime import OWNER_ENV
-from .supervise import CommandChild
+from . import forkrun
+from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, environment_of, fork_target, launcher_for, world_size
+from .lifetime import (OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context)
+from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
-
-SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
 
 
 def check_command(cmd: list[str], varied: dict | None = None) -> None:
     """Refuse a command line that already fixes what the sweep sets per trial, and a varied
-    setting that cannot be set on a script from outside."""
+    setting that cannot be set on this kind of command (:mod:`.launch`)."""
     if not cmd:
         raise ConfigError("sweep", "no training command given", "write it after --, e.g. -- python train.py")
-    owned = list(SPLIT_FLAGS)
-    for name in varied or {}:
-        knob = KNOBS[name]
-        if knob.script is None:
-            raise ConfigError("--vary", f"{name} cannot be set on a script from outside",
-                              "set it in the script, or compare it with tracetui's own sweep")
-        owned += [a for a in knob.script(next(iter(varied[name]))) if a.startswith("--")]
-    for arg in cmd:
-        flag = arg.split("=", 1)[0]
-        for name in owned:
-            if flag in (name, name.replace("_", "-")):
-                raise ConfigError("sweep", f"the script's command line already sets {flag}",
-                                  "remove it: tracetui sets it for each trial")
+    launcher_for(cmd).check(cmd, varied or {})
 
 
 def check_script_exists(cmd: list[str]) -> None:
@@ -94,37 +85,48 @@ def script_notes(varied: dict) -> list[str]:
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
 
 
-def script_parts(cmd: list[str]) -> tuple[list[str], str, list[str]]:
-    """``cmd`` as ``(launcher, program, arguments)``: what starts the script, the script, and the
-    arguments its own parser reads. ``trl sft ARGS`` -> ``([], "trl sft", ARGS)``;
-    ``accelerate launch --num_processes 2 train.py ARGS`` -> ``(["accelerate", "launch",
-    "--num_processes", "2"], "train.py", ARGS)``; ``python -m pkg.train ARGS`` ->
-    ``(["python", "-m"], "pkg.train", ARGS)``. A command with no script found is all
-    arguments of an unknown program (``""``)."""
-    if cmd and os.path.basename(cmd[0]) == "trl" and len(cmd) > 1:
-        return [], f"trl {cmd[1]}", cmd[2:]
-    for i, arg in enumerate(cmd):
-        if arg.endswith(".py"):
-            return cmd[:i], arg, cmd[i + 1:]
-        if arg == "-m" and i + 1 < len(cmd):
-            return cmd[:i + 1], cmd[i + 1], cmd[i + 2:]
-    return [], "", list(cmd)
+def how_runs_start(cmd: list[str], fresh: bool = False) -> tuple[ForkTarget | None, str]:
+    """What each run of ``cmd`` executes forked from the fork server, or None and why not."""
+    if fresh:
+        return None, "--fresh"
+    if not forking():
+        return None, "TRACETUI_START=spawn" if os.environ.get("TRACETUI_START") else "no fork server here"
+    return fork_target(cmd)
+
+
+def start_line(cmd: list[str], fork: ForkTarget | None, why: str) -> str:
+    """One line on how a script sweep's runs start, and over how many processes."""
+    home = environment_of(cmd)
+    if fork is not None:
+        line = "each run starts forked from tracetui's server (the libraries imported once; --fresh: not)"
+    elif home is not None:
+        line = f"each run starts as a fresh process in the Python environment {home} (as if activated)"
+    else:
+        line = f"each run starts as a fresh process ({why})"
+    processes, said = world_size(cmd)
+    if processes > 1:
+        line += f"; {processes} training processes per run ({said}): the split is per process"
+    return "; ".join([line, *launcher_for(cmd).notes()])
 
 
 def script_command(cmd: list[str], t: Trial) -> list[str]:
-    """The user's command for one trial: its split, and its varied settings, as flags."""
-    return cmd + [SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)] + script_args(t.settings_dict)
+    """The user's command for one trial, as a dry run shows it (:mod:`.launch`)."""
+    return launcher_for(cmd).trial_command(cmd, t).argv
 
 
 class ScriptSweep(SweepBase):
     short_runs = False  # the script's own --max_steps decides a run's steps
 
     def __init__(self, cfg: SweepConfig, trials: list[Trial], cmd: list[str],
-                 on_event: Callable[[dict], None] | None = None, planner: Planner | None = None):
-        from ..attach import SocketListener
-
+                 on_event: Callable[[dict], None] | None = None, planner: Planner | None = None,
+                 fresh: bool = False):
         self._check(cmd, cfg)
         self.cmd = cmd
+        self.launcher = launcher_for(cmd)
+        #: what each run executes forked from the fork server, or None (and why not)
+        self.fork, self.fork_why = self._fork_target(fresh)
+        # the fork server starts here, before any app owns the terminal
+        self._ctx = trial_context() if self.fork is not None else None
         self.on_event = on_event
         self.sweep_id = new_sweep_id()
         self.dir = Path(cfg.runs_dir) / self.sweep_id
@@ -148,13 +150,19 @@ class ScriptSweep(SweepBase):
     def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
         check_command(cmd, cfg.varied())
 
+    def _fork_target(self, fresh: bool) -> tuple[ForkTarget | None, str]:
+        return how_runs_start(self.cmd, fresh)
+
+    def start_line(self) -> str:
+        return start_line(self.cmd, self.fork, self.fork_why)
+
     @property
     def user_command(self) -> list[str] | None:
         """The user's own training command (what the recommendation's command line is built on)."""
         return self.cmd
 
-    def command_for(self, spec: RunSpec) -> list[str]:
-        return script_command(self.cmd, spec.trial)
+    def trial_command(self, spec: RunSpec, folder: Path) -> TrialCommand:
+        return self.launcher.trial_command(self.cmd, spec.trial, folder)
 
     def _run_one(self, spec: RunSpec) -> str:
         env = probe_env(self.socket_path, self.cfg.warmup, TRACETUI_RUN_ID=spec.run_id,
@@ -165,8 +173,22 @@ class ScriptSweep(SweepBase):
                        TRACETUI_REFERENCES=json.dumps(refs))
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
-        log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
-        child = CommandChild(self.command_for(spec), env, self._inbox, log_path)
+        env = self.launcher.environment(self.cmd, env)
+        name = spec.run_id.split("/", 1)[1].replace("#", "_r")
+        log_path = self.dir / (name + ".log")
+        command = self.trial_command(spec, self.dir / name)
+        command.write()
+        if command.changed:
+            self._emit(make("notice", spec.run_id, level="info",
+                            message=f"its {self.launcher.name} config: {command.described()}"))
+        target = fork_target(command.argv)[0] if self.fork is not None else None
+        if target is not None:
+            restart_server_if_gone()
+            payload = dict(target=asdict(target), env=env, cwd=os.getcwd(), log_path=str(log_path),
+                           parent_pid=server_pid() or os.getpid())
+            child: CommandChild = ForkedCommandChild(self._ctx, forkrun.run, payload, self._inbox, log_path)
+        else:
+            child = CommandChild(command.argv, env, self._inbox, log_path)
         child.memory_limit = self.memory_capped()
         return self._supervised(spec, child)
 
@@ -203,6 +225,12 @@ class DdpSweep(ScriptSweep):
     def _check(self, cmd: list[str], cfg: SweepConfig) -> None:
         """Nothing to check: each rank is tracetui's own trainer, which applies every setting."""
 
+    def _fork_target(self, fresh: bool) -> tuple[ForkTarget | None, str]:
+        return None, "torchrun starts the ranks"
+
+    def start_line(self) -> str:
+        return f"each run starts torchrun over {self.cfg.nproc_per_node} processes"
+
     @property
     def user_command(self) -> None:
         return None  # tracetui's own trainer: a built-in sweep's config, no command of the user's
@@ -210,7 +238,7 @@ class DdpSweep(ScriptSweep):
     def memory_capped(self) -> float | None:
         return self.cfg.memory_limit  # each rank caps its own memory (tracetui.runner.ddp)
 
-    def command_for(self, spec: RunSpec) -> list[str]:
+    def trial_command(self, spec: RunSpec, folder: Path) -> TrialCommand:
         cfg = self.cfg
         launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(cfg.nproc_per_node)]
         if cfg.nnodes > 1:
@@ -219,5 +247,5 @@ class DdpSweep(ScriptSweep):
         else:
             launch += ["--standalone"]
         t = spec.trial
-        return launch + ["-m", "tracetui.runner.ddp", "--config-json", json.dumps(self.payload_config(spec)),
-                         SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)]
+        return TrialCommand(launch + ["-m", "tracetui.runner.ddp", "--config-json", json.dumps(self.payload_config(spec)),
+                                      SPLIT_FLAGS[0], str(t.micro_batch), SPLIT_FLAGS[1], str(t.grad_accum)])

@@ -13,6 +13,8 @@ import queue as queue_mod
 import threading
 from typing import Any
 
+from ..events import NOTICE, make
+
 _STOP = object()
 
 
@@ -55,8 +57,6 @@ class QueueSink:
         has its reason."""
         with self._cv:
             if self.dropped and run_id:
-                from ..events import NOTICE, make
-
                 self._buf.append(make(NOTICE, run_id, level="warning",
                                       message=f"{self.dropped} GPU samples dropped: the event queue was full"))
             self._buf.append(_STOP)

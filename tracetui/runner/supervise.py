@@ -38,6 +38,8 @@ STALL_STEPS = 10.0
 #: what an out-of-memory looks like in a log (PyTorch's error, CUDA's message; under a capped data
 #: size on the CPU: the allocator's and the OpenMP runtime's failures)
 OOM_IN_LOG = re.compile(r"OutOfMemoryError|CUDA out of memory|MemoryError")
+#: the line a script's run says when the probe cannot attach there (tracetui/inject/sitecustomize.py)
+PROBE_REFUSED = re.compile(r"^tracetui: could not attach the probe .*$", re.MULTILINE)
 CAPPED_IN_LOG = re.compile(r"std::bad_alloc|Cannot allocate memory|Thread creation failed")
 
 
@@ -208,6 +210,44 @@ class CommandChild(Child):
             self._log.close()
 
 
+class ForkedCommandChild(CommandChild):
+    """A user's command forked from the fork server (:mod:`.forkrun`), its libraries imported
+    already; the same process group, events and ends as a :class:`CommandChild`."""
+
+    def __init__(self, ctx, target: Callable, payload: dict, inbox: "queue_mod.Queue[dict]", log_path: Path):
+        super().__init__([], payload["env"], inbox, log_path)
+        self.payload = payload
+        self.proc = ctx.Process(target=target, args=(payload,), name="tracetui-script", daemon=True)
+
+    def start(self) -> None:
+        self.payload["env"] = dict(self.payload["env"], TRACETUI_STARTED_AT=repr(time.time()))
+        launch(lambda: start_shielded(self.proc))
+
+    lost_with = WorkerChild.lost_with
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def signal(self, sig: int) -> None:
+        if self.proc.pid is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)  # the run and the processes it started
+        except OSError:
+            try:  # before it has made its own group
+                os.kill(self.proc.pid, sig)
+            except OSError:
+                pass
+
+    def reap(self) -> None:
+        if self.proc.is_alive():
+            self.signal(signal.SIGKILL)
+        self.proc.join(timeout=5)
+
+
 def log_tail(path: Path, n: int = 4000) -> str:
     try:
         with open(path, "rb") as fh:
@@ -237,6 +277,9 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
         return "oom", f"out of memory at micro-batch {spec.trial.micro_batch}{capped}{killed} (see {child.log_path})"
     if code is not None and code < 0:
         return "crashed", f"killed by {signal.Signals(-code).name} without reporting; its log: {child.log_path}"
+    unmeasured = PROBE_REFUSED.search(tail)
+    if unmeasured:  # the probe said why it could not attach: that line is the run's story
+        return child.exit_kind, f"{unmeasured.group(0).strip()} (log: {child.log_path})"
     if code == 0:
         return "error", f"{child.silent_exit} (log: {child.log_path})"
     last = tail.strip().splitlines()[-1][:200] if tail.strip() else ""

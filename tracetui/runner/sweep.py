@@ -28,6 +28,7 @@ from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, Tria
 from ..search import card_gib, make_planner
 from ..store import EventLog
 from ..trial import Trial
+from . import worker
 from .lifetime import restart_server_if_gone, server_pid, trial_context
 from .preflight import device_kind
 from .supervise import Child, WorkerChild, supervise
@@ -54,8 +55,8 @@ class SweepBase:
     #: head starts (:mod:`.turns`): each next run starts during the current one's warm-up
     relay = False
 
-    def sharing_line(self) -> str | None:
-        """One line on how the runs share the device, when they overlap at all."""
+    def start_line(self) -> str | None:
+        """One line on how the runs start or share the device, where there is something to say."""
         return None
 
     def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
@@ -336,7 +337,7 @@ class Sweep(SweepBase):
         self._solo = threading.Lock()
         ensure_resource_tracker()
 
-    def sharing_line(self) -> str | None:
+    def start_line(self) -> str | None:
         """One line on how the runs share the device: with head starts."""
         if not self.relay:
             return None
@@ -531,8 +532,6 @@ class Sweep(SweepBase):
             # started beside the run before it (a head start), or the first / after a gap
             payload.update(turn=theirs, relay=True, head_start=turns.resident() > 1)
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
-        from . import worker
-
         child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
         child.memory_limit = self.cfg.memory_limit
 

@@ -12,11 +12,20 @@ import sys
 import traceback
 from typing import Any
 
-from ..config import KNOB_DEFAULTS, dataset_kind
+from ..analysis import StopRule
+from ..config import KNOB_DEFAULTS, SweepConfig, dataset_kind
+from ..events import RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, StepRecord, make
 from ..knobs import KNOBS, SHORT, fmt, model_args, sft_args
+from ..probe import quiet
 from ..probe.environment import environment
+from ..probe.gpu import GpuSampler
+from ..probe.settings import read_back
 from ..trial import Trial
+from .lifetime import OWNER_ENV, release_server, set_parent_death_signal
 from .preflight import device_kind
+from .sink import QueueSink
+from .sources import build_dataset, load_model, load_tokenizer
+from .turns import Gate
 
 
 class Interrupted(BaseException):
@@ -128,8 +137,6 @@ def run(spec: dict, mp_queue: Any) -> None:
     gpu (index or None), log_path, parent_pid (the sweep's process)."""
     # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
     if spec.get("parent_pid"):
-        from .lifetime import OWNER_ENV, release_server, set_parent_death_signal
-
         release_server()
         set_parent_death_signal(spec["parent_pid"])
         os.environ[OWNER_ENV] = str(spec.get("owner_pid") or spec["parent_pid"])
@@ -159,10 +166,6 @@ def run(spec: dict, mp_queue: Any) -> None:
     if spec.get("relay"):
         os.environ["TRACETUI_HEAD_STARTS"] = "1"
     _thread_lock_for_progress_bars()
-
-    from ..config import SweepConfig
-    from ..events import RUN_FAILED, RUN_FINISHED, RUN_STARTED, make
-    from .sink import QueueSink
 
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
@@ -202,8 +205,6 @@ def run(spec: dict, mp_queue: Any) -> None:
                        gpu=spec.get("gpu"), log_path=spec["log_path"],
                        **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
         if device == "cuda":
-            from ..probe.gpu import GpuSampler
-
             sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
                                  gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),
                                  uuid=env.get("gpu_uuid") or None)
@@ -294,8 +295,6 @@ class Stages:
 
     def enter(self, stage: str, at: float | None = None) -> None:
         """``stage`` begins now (or at ``at``, unix seconds)."""
-        from ..events import RUN_STAGE, make
-
         elapsed = round(max(0.0, (at or self._now()) - self._t0), 3)
         self.seen[stage] = elapsed
         self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=elapsed, rank=0, stages=dict(self.seen)))
@@ -318,8 +317,6 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     from peft import LoraConfig
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
-
-    from .sources import build_dataset, load_model, load_tokenizer
 
     enter = stages.enter if stages is not None else (lambda _stage: None)
     knob_values = {name: getattr(cfg, name) for name in KNOBS}
@@ -415,14 +412,10 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
 
     stop = None
     if cfg.until_confident is not None:
-        from ..analysis import StopRule
-
         stop = StopRule(cfg.until_confident, cfg.min_steps, spec.get("references") or [])
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
     if probe is not None and spec.get("turn") is not None:
-        from .turns import Gate
-
         said = []
 
         def on_hold(waiting: bool, since: float | None = None) -> None:
@@ -462,10 +455,6 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
     import time
 
     from transformers import TrainerCallback
-
-    from ..events import RUN_SETTINGS, StepRecord, make
-    from ..probe import quiet
-    from ..probe.settings import read_back
 
     class Steps(TrainerCallback):
         def __init__(self):

@@ -25,13 +25,17 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from ..analysis import Results
+from ..analysis import BOUNDS, Results, time_line, time_spent
+from ..attach import ListenerError, default_socket_path, prepare_socket_path
 from ..outputs import Outputs, output_format
 from ..probe.settings import describe
+from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
+from ..session import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_status, fail_line, no_split_finished, report,
+                       say)
 from ..text import clean, safe_text
 from ..trial import Trial, format_value as fmt_value
 from .sources import CommandSource, Inbox, PreparingSource, ReplaySource, Source, SweepSource, WatchSource
-from .widgets import (BOUNDS, DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
+from .widgets import (DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
                       Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
                       phase_legend, row_of, run_name)
 
@@ -313,6 +317,9 @@ class TraceApp(App):
         self.idle = "waiting for the first measured steps ..."
         for w in sweep.warnings:
             self.say(w, "warning")
+        line = sweep.start_line()
+        if line:
+            self.say(line)
         self._next_summary = 0.0
         self.redraw()
 
@@ -328,8 +335,6 @@ class TraceApp(App):
     def _say_time(self) -> None:
         """Once a sweep has ended: where its time went, on the status line (once a sweep; a
         replayed one as it is read)."""
-        from ..analysis import time_line, time_spent
-
         for spent in time_spent(self.results):
             line = time_line(spent)
             if line and spent["sweep"] not in self._timed:
@@ -639,8 +644,6 @@ def no_terminal() -> str | None:
 
 
 def _refuse(why: str) -> int:
-    from ..session import fail_line
-
     return fail_line(why)
 
 
@@ -725,8 +728,6 @@ def _run_on_terminal(app: TraceApp) -> None:
 
 def _quit_on_signals(app: TraceApp):
     """SIGTERM, SIGHUP or SIGINT make ``app`` quit as ``q`` does (see :func:`run_app`)."""
-    from ..session import StopSignals
-
     signals = StopSignals(stop=lambda: setattr(app, "signalled", signals.signum))
     return signals
 
@@ -741,6 +742,8 @@ def sweep_subtitle(sweep, cfg=None) -> str:
                 else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
     if sweep is not None and sweep.relay:
         subtitle += " · head starts"
+    if getattr(sweep, "fork", None) is not None:
+        subtitle += " · forked starts"
     return subtitle
 
 
@@ -756,9 +759,6 @@ def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
     monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
     status is 128 + the signal. Signals that come later change nothing (see
     :class:`~tracetui.cli.StopSignals`)."""
-    from ..session import EXIT_INTERRUPTED, StopSignals, deferred_checks, fail_line
-    from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
-
     why = no_terminal()
     if why:
         if sweep is not None:
@@ -840,8 +840,6 @@ def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
     Where every thread of tracetui stood is written beside the summary (``*.stuck.txt``), so that
     the hang can be found; and if writing blocks too (a lock the stuck thread holds), tracetui
     still exits :data:`STUCK_WRITE_S` later."""
-    import os
-
     app = get_app()
     if closed.is_set():
         return  # closed after all (its timer was to be cancelled)
@@ -889,8 +887,6 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
     same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
     import signal as _signal
 
-    from ..session import exit_status, no_split_finished, report, say
-
     if signum and not app.quit_reason:  # came as the app was closing
         app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
         app.exit_code = 128 + signum
@@ -920,8 +916,6 @@ def run_replay(events: list[dict], ns, outputs: Outputs, skipped: str = "") -> i
     why = no_terminal()
     if why:
         return _refuse(why)
-    from ..session import exit_status, report, say
-
     app = TraceApp(ReplaySource(events), subtitle="replay of " + ", ".join(Path(f).name for f in ns.files[:3]),
                    note=skipped, outputs=outputs)
     signals = _quit_on_signals(app)
@@ -940,9 +934,6 @@ def run_replay(events: list[dict], ns, outputs: Outputs, skipped: str = "") -> i
 def run_watch(path: str, log, outputs: Outputs) -> int:
     """Open the monitor on scripts attaching to ``path``; on quit (or SIGTERM, SIGHUP, SIGINT),
     write the CSV."""
-    from ..session import say
-    from ..attach import ListenerError, prepare_socket_path
-
     why = no_terminal()
     try:
         if not why:
@@ -952,8 +943,6 @@ def run_watch(path: str, log, outputs: Outputs) -> int:
     if why:
         log.discard_if_empty()
         return _refuse(why)
-    from ..session import exit_status, report
-
     source = WatchSource(path, log)
     app = TraceApp(source, subtitle=f"watching {path}", outputs=outputs, idle=watch_idle(path))
     signals = _quit_on_signals(app)
@@ -977,8 +966,6 @@ def run_command_app(run, outputs: Outputs) -> int:
     command if it still runs, write the outputs and say the answer. The exit status is the
     command's when it failed, else the outputs' (as a watch's)."""
     import shlex
-
-    from ..session import exit_status, report, say
 
     why = no_terminal()
     if why:
@@ -1011,10 +998,6 @@ def command_status(run, status: int) -> int:
 
 def watch_idle(path: str) -> str:
     """What the idle watch screen says: how to connect a training script to it."""
-    import os
-
-    from ..attach import default_socket_path
-
     how = "" if path in (default_socket_path(), os.environ.get("TRACETUI_SOCKET")) else f" (set TRACETUI_SOCKET={path} in its environment)"
     return (f"waiting for a training script on {path}{how}. In the script: "
             "from tracetui import TraceCallback; trainer.add_callback(TraceCallback()), then run it; "

@@ -9,7 +9,8 @@ import collections
 import threading
 from typing import Callable
 
-
+from ..attach import SocketListener
+from ..config import ConfigError
 
 #: events the inbox holds before it drops what arrives (the event log on disk has every one):
 #: a flood faster than the screen drains cannot grow the monitor without bound
@@ -156,8 +157,6 @@ class PreparingSource(SweepSource):
         self._stopped = False
 
     def start(self, inbox: Inbox) -> None:
-        from ..config import ConfigError
-
         self._inbox = inbox
 
         def prepare() -> None:
@@ -200,8 +199,6 @@ class WatchSource(Source):
         self.listener = None
 
     def start(self, inbox: Inbox) -> None:
-        from ..attach import SocketListener
-
         def on_event(e: dict) -> None:
             self.log.append(e)
             inbox.put(e)

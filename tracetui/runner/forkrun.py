@@ -1,0 +1,162 @@
+"""A user's command run forked from the fork server (:func:`run`): its libraries are imported
+already, so a run reaches its script's first line in well under a second instead of an
+interpreter's start and the imports (16-19 s of a ``trl sft`` run's start on an H200 host).
+
+What the command would have had, it has: its own ``argv``, its script or module run as
+``__main__`` (:mod:`runpy`), its ``sys.path[0]``, its environment (tracetui's probe variables
+included), its working directory, the terminal's signals at their defaults, its own process
+group, stdin closed and its output in the run's log, its ``atexit`` functions at its end and its
+exit status as the process's. The probe is attached as :mod:`tracetui.inject`'s
+``sitecustomize`` would attach it in a fresh interpreter.
+
+A launcher in front of the script (TRL's ``trl sft`` hands its script to ``accelerate launch``)
+is resolved as it runs: where accelerate would start the script as one plain ``python script
+ARGS`` process (its simple launcher), the script runs in this process instead, with the
+environment accelerate gives it; any other launch (several processes, DeepSpeed) goes on as
+accelerate does it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import io
+import os
+import runpy
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from .lifetime import release_server, set_parent_death_signal
+
+#: set in a forked run's environment: the probe's sitecustomize then leaves the chaining to the
+#: sitecustomize it shadows (the fork server ran that one already)
+FORKED_ENV = "TRACETUI_FORKED"
+_INJECT = Path(__file__).resolve().parent.parent / "inject" / "sitecustomize.py"
+
+
+def run(payload: dict) -> None:
+    """Process entry point, in a process forked from the fork server. ``payload``: ``target``
+    (:class:`~.launch.ForkTarget`'s fields), ``env``, ``cwd``, ``log_path``, ``parent_pid``
+    (the server)."""
+    release_server()
+    set_parent_death_signal(payload["parent_pid"])
+    os.setpgid(0, 0)  # its own group: the supervisor's signals reach the children it starts
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    code = 1
+    try:
+        _own_output(payload["log_path"])
+        os.chdir(payload["cwd"])
+        os.environ.clear()
+        os.environ.update(payload["env"], **{FORKED_ENV: "1"})
+        _attach_probe()
+        _simple_launches_here()
+        code = _main(payload["target"])
+    except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, status 1
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # noqa: SLF001 - the interpreter's own exit, which os._exit skips
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - a closed stream has nothing to flush
+                    pass
+            os._exit(code)
+
+
+def _own_output(log_path: str) -> None:
+    """stdin from /dev/null, stdout and stderr to the run's log (as a fresh process would have)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
+    sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+
+
+def _attach_probe() -> None:
+    """Run the probe's sitecustomize as a fresh interpreter would (it patches transformers'
+    Trainer, imported by the server already, and watches tracetui's process); it stands as
+    ``sitecustomize``, where the probe's callback looks for its start marks."""
+    spec = importlib.util.spec_from_file_location("sitecustomize", _INJECT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+def _simple_launches_here() -> None:
+    """accelerate's simple launcher (one ``python script ARGS`` process) runs the script in this
+    process, with the environment accelerate would give that process."""
+    try:
+        import accelerate.commands.launch as launch
+        from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+    except Exception:  # noqa: BLE001 - no accelerate, or one without these: launches go on as they do
+        return
+    original = launch.simple_launcher
+
+    def here(args) -> None:
+        cmd, env = prepare_simple_launcher_cmd_env(args)
+        if len(cmd) < 2 or cmd[0] != sys.executable:
+            return original(args)
+        _reset_accelerate_state()
+        os.environ.clear()
+        os.environ.update(env)
+        if cmd[1] == "-m":
+            target = {"kind": "module", "target": cmd[2], "argv0": cmd[2], "path0": os.getcwd(), "args": cmd[3:]}
+        else:
+            script = os.path.abspath(cmd[1])
+            target = {"kind": "path", "target": script, "argv0": cmd[1], "path0": os.path.dirname(script),
+                      "args": cmd[2:]}
+        code = _main(target)
+        if code:
+            raise SystemExit(code)
+
+    launch.simple_launcher = here
+
+
+def _reset_accelerate_state() -> None:
+    """What the launcher's own process set up of accelerate's shared state is not the script's
+    (a fresh process starts without it)."""
+    try:
+        from accelerate.state import AcceleratorState, GradientState, PartialState
+
+        AcceleratorState._reset_state(reset_partial_state=True)  # noqa: SLF001 - accelerate's own reset
+        PartialState._reset_state()  # noqa: SLF001
+        GradientState._reset_state()  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - nothing set up, or an accelerate without these
+        pass
+
+
+def _main(target: dict) -> int:
+    """Run ``target`` as ``__main__``; its exit status, as an interpreter gives it."""
+    sys.argv = [target["argv0"], *target["args"]]
+    sys.path[0:1] = [target["path0"]]
+    try:
+        if target["kind"] == "module":
+            runpy.run_module(target["target"], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target["target"], run_name="__main__")
+    except SystemExit as exc:
+        return _exit_status(exc.code)
+    return 0
+
+
+def _exit_status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+

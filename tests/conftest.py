@@ -59,12 +59,13 @@ def _group(item) -> int:
         return 3
     if item.get_closest_marker("slow") is None:
         return 0
-    return 1 if item.get_closest_marker("quiet") is not None or "until_confident_sweep" in item.fixturenames else 2
+    timed = {"tiny_sweep", "until_confident_sweep"} & set(item.fixturenames)  # (their verdicts, their clocks)
+    return 1 if item.get_closest_marker("quiet") is not None or timed else 2
 
 
 def pytest_collection_modifyitems(session, config, items):
     """The quick tests first, then the slow ones that check what a comparison of timings
-    concluded (``quiet``, and the readers of :func:`until_confident_sweep`), on a machine that
+    concluded (``quiet``, and the readers of :func:`tiny_sweep` and :func:`until_confident_sweep`), on a machine that
     nothing else of the session's own loads; then the other slow tests, beside which the
     scenarios of real processes (:func:`scenarios`) run in the background from the first of them
     on; last the tests that read what those scenarios saw. (A stable sort: within each group the

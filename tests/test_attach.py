@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, run_main, scenarios
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, scenarios
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -136,7 +136,8 @@ def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_pa
     ends its training early once its rank is settled. (Rows of 32 tokens: on a CPU 1x4 is then
     about twice as slow as 4x1, a gap that settles under load too; at 128 it was 1.4x.)"""
     out = tmp_path / "s.csv"
-    proc = run_main("sweep", "--splits", "1x4,4x1", "--warmup", 1, "--until-confident", 0.01, "--min-steps", 5,
+    # (a command of its own: its fork server starts with it, as the first run's wait for its imports shows)
+    proc = run_cli("sweep", "--splits", "1x4,4x1", "--warmup", 1, "--until-confident", 0.01, "--min-steps", 5,
                     "--export", "csv", "-o", out, "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE,
                     "--no_trace", "--max_steps", 40, "--max_length", 32, "--logging_steps", 100, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -44,8 +44,34 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    if _group(item) >= 2:
+        _start_scenarios(item.session)
     yield
     _collect_and_freeze()
+
+
+def _reads_scenarios(item) -> bool:
+    return "scenario_results" in getattr(item, "fixturenames", ())
+
+
+def _group(item) -> int:
+    if _reads_scenarios(item):
+        return 3
+    if item.get_closest_marker("slow") is None:
+        return 0
+    timed = {"tiny_sweep", "until_confident_sweep"} & set(item.fixturenames)  # (their verdicts, their clocks)
+    return 1 if item.get_closest_marker("quiet") is not None or timed else 2
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The quick tests first, then the slow ones that check what a comparison of timings
+    concluded (``quiet``, and the readers of :func:`tiny_sweep` and :func:`until_confident_sweep`), on a machine that
+    nothing else of the session's own loads; then the other slow tests, beside which the
+    scenarios of real processes (:func:`scenarios`) run in the background from the first of them
+    on; last the tests that read what those scenarios saw. (A stable sort: within each group the
+    order is the files' own.)"""
+    items.sort(key=_group)
+
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays
 #: that need a CPU machine's log beside the H200's and no training of their own
@@ -157,28 +183,95 @@ async def pilot_until(pilot, predicate, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
 
 
-def side_by_side(tmp_path_factory, scenarios: dict) -> dict:
-    """Run each scenario (a function of a fresh folder) in a thread of its own, all at once, and
-    return what each returned, or the exception it raised, by name (:func:`outcome` raises it in
-    the test that reads it). For scenarios of real processes that spend their time starting up
-    and waiting for each other (a sweep, then a signal to it): side by side they share the
-    machine's two cores instead of queueing for one. Only for scenarios whose checks do not
-    depend on how busy the machine is: no verdicts, no timings."""
-    folders = {name: tmp_path_factory.mktemp(f"side{i}") for i, name in enumerate(scenarios)}
+def side_by_side(tmp_path_factory, scenarios: dict, most: int | None = None) -> dict:
+    """Run each scenario (a function of a fresh folder), ``most`` at a time (all at once if None),
+    in the order given, each in a thread, and return what each returned, or the exception it
+    raised, by name (:func:`outcome` raises it in the test that reads it). For scenarios of real
+    processes that spend their time starting up and waiting for each other (a sweep, then a
+    signal to it): side by side they share the machine's two cores instead of queueing for one.
+    Only for scenarios whose checks do not depend on how busy the machine is: no verdicts, no
+    timings."""
+    names = list(scenarios)
+    folders = {name: tmp_path_factory.mktemp(f"side{i}") for i, name in enumerate(names)}
     results: dict = {}
+    queue = list(reversed(names))
+    lock = threading.Lock()
 
-    def run(name):
-        try:
-            results[name] = scenarios[name](folders[name])
-        except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
-            results[name] = exc
+    def work():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                name = queue.pop()
+            try:
+                results[name] = scenarios[name](folders[name])
+            except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
+                results[name] = exc
 
-    threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in scenarios]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(most or len(names), len(names)))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return results
+
+
+#: the scenarios of real processes of each test module that has some (see :func:`scenarios`)
+_SCENARIOS: dict[str, dict] = {}
+#: how many of them run at once: they start interpreters, fork servers and trials (each set a GB
+#: or two of memory), and two cores are kept busy by a few
+SCENARIOS_AT_ONCE = 6
+
+
+def scenarios(module: str, table: dict, first=()) -> dict:
+    """A test module's scenarios: functions of a fresh folder that start real processes (a sweep,
+    a script, a watcher) and return what they saw, for its tests to check. Every module's that the
+    session tests run side by side, :data:`SCENARIOS_AT_ONCE` at a time, those named in ``first``
+    (the longest) before the rest (:func:`scenario_results`): what one group of them leaves of the
+    two cores, another's take. Only for scenarios whose checks do not depend on how busy the
+    machine is."""
+    _SCENARIOS[module] = {"first": [k for k in first], "table": table}
+    return table
+
+
+#: the background run of the scenarios (:func:`_start_scenarios`): its thread and what it returned
+_POOL: dict = {}
+
+
+def _start_scenarios(session) -> None:
+    """Start, once, in a background thread, the scenarios of every module whose selected tests
+    read them (:func:`scenario_results`), :data:`SCENARIOS_AT_ONCE` at a time, the ``first`` of
+    each module before the rest: they then run beside the slow tests that come before the tests
+    that read them (most of their time is spent starting processes and waiting for them: the
+    slow tests take what they leave of the two cores, and the other way round). Scenarios check
+    nothing that depends on how busy the machine is; the quick tests have all run by then."""
+    if _POOL:
+        return
+    wanted = sorted({item.module.__name__ for item in session.items if _reads_scenarios(item)})
+    registered = [(m, _SCENARIOS[m]) for m in wanted if m in _SCENARIOS]
+    order = [(m, k) for m, r in registered for k in r["first"]]
+    order += [(m, k) for m, r in registered for k in r["table"] if (m, k) not in order]
+    tables = dict(registered)
+    factory = session.config._tmp_path_factory  # (what the tmp_path_factory fixture returns)
+
+    def run() -> None:
+        _POOL["results"] = side_by_side(factory, {(m, k): tables[m]["table"][k] for m, k in order},
+                                        most=SCENARIOS_AT_ONCE)
+
+    _POOL["thread"] = threading.Thread(target=run, daemon=True, name="scenarios")
+    _POOL["thread"].start()
+
+
+@pytest.fixture(scope="session")
+def scenario_results(request) -> dict:
+    """What each scenario of every module under test returned, by module, then by name: run once
+    (started with the first slow test, or here), for every selected test that reads them."""
+    _start_scenarios(request.session)
+    _POOL["thread"].join()
+    by_module: dict = {}
+    for (m, k), v in _POOL["results"].items():
+        by_module.setdefault(m, {})[k] = v
+    return by_module
 
 
 def outcome(results: dict, name):
@@ -242,6 +335,6 @@ def cpu_oom_sweep(tmp_path_factory):
     tokens a row while 1x16 can. Two warm-up steps: 1x16 starts beside 16x1 (a head start)."""
     d = tmp_path_factory.mktemp("oom")
     out = d / "s.json"
-    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 4, "--warmup", 2, "--seq-len", 512,
+    proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 3, "--warmup", 2, "--seq-len", 512,
                     "--memory-limit", 2.6, "--runs-dir", d / "runs", "--export", "json", "-o", out)
     return dict(proc=proc, out=out, runs=d / "runs")

@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, side_by_side
+from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, scenarios
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -80,14 +80,11 @@ def _listener_killed_mid_run(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def scripts(tmp_path_factory):
-    """The example script's runs below (and the script sweeps of test_a_script_...), side by
-    side: each real processes that spend their time starting up, and nothing they check
-    depends on how busy the machine is."""
-    return side_by_side(tmp_path_factory, {"watched": _script_reports_to_watch,
-                                           "listener killed": _listener_killed_mid_run,
-                                           "search": _script_sweep_searching,
-                                           "trains twice": _script_that_trains_twice})
+def scripts(scenario_results):
+    """The example script's runs above (and the script sweeps of test_a_script_... below), as
+    the session ran them: side by side, real processes that spend their time starting up, and
+    nothing they check depends on how busy the machine is."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow
@@ -131,6 +128,7 @@ def test_show_two_logs_side_by_side(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # (a stopping rule at work: it runs before the background scenarios)
 def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_path):
     """`tracetui sweep` runs an unmodified script (no TraceCallback in it: --no_trace) once per
     split, with the split's flags, and measures it through the probe it attaches; the stopping
@@ -138,9 +136,10 @@ def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_pa
     ends its training early once its rank is settled. (Rows of 32 tokens: on a CPU 1x4 is then
     about twice as slow as 4x1, a gap that settles under load too; at 128 it was 1.4x.)"""
     out = tmp_path / "s.csv"
+    # (a command of its own: its fork server starts with it, as the first run's wait for its imports shows)
     proc = run_cli("sweep", "--splits", "1x4,4x1", "--warmup", 1, "--until-confident", 0.01, "--min-steps", 5,
-                   "--export", "csv", "-o", out, "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE,
-                   "--no_trace", "--max_steps", 40, "--max_length", 32, "--logging_steps", 100, cwd=tmp_path)
+                    "--export", "csv", "-o", out, "--runs-dir", tmp_path / "runs", "--", sys.executable, EXAMPLE,
+                    "--no_trace", "--max_steps", 40, "--max_length", 32, "--logging_steps", 100, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(out)
     assert [(r["split"], r["status"]) for r in rows] == [("1x4", "ok"), ("4x1", "ok")]
@@ -307,3 +306,7 @@ def test_a_script_that_trains_twice_is_measured_once(scripts):
     notices = [e["message"] for e in events if e["type"] == "notice" and "trained again" in e.get("message", "")]
     assert len(notices) == 1 and "only the first is measured" in notices[0]
     assert "both stages done" in next(runs.glob("*/4x1*.log")).read_text()
+
+
+scenarios(__name__, {"watched": _script_reports_to_watch, "listener killed": _listener_killed_mid_run,
+                     "search": _script_sweep_searching, "trains twice": _script_that_trains_twice}, first=["search"])

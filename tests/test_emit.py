@@ -14,12 +14,13 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import ROOT, outcome, run_cli, run_main, side_by_side
+from .conftest import ROOT, outcome, run_cli, run_main, scenarios
 from tracetui.config import KNOB_DEFAULTS, SweepConfig
 from tracetui.emit import installed_fields, trl_config, winning_command, write_trl_config
 from tracetui.knobs import SHORT
@@ -222,16 +223,27 @@ WORDS = ("the quick brown fox jumps over the lazy dog while a model learns to sp
          "micro batches and accumulates gradients").split()
 
 
-@pytest.fixture(scope="module")
-def tiny_local(tmp_path_factory):
+_TINY_LOCAL: list[Path] = []
+_TINY_LOCAL_LOCK = threading.Lock()
+
+
+def tiny_local(beside: Path) -> Path:
     """A tiny Qwen2 with random weights and a word-level tokenizer trained on the data's own
     text, saved as a model folder; the data as a folder ``trl sft --dataset_name`` loads and the
-    same rows as a .jsonl file tracetui's ``--dataset`` reads."""
+    same rows as a .jsonl file tracetui's ``--dataset`` reads. Made once (beside the folder of
+    the scenario that asks first), for both scenarios below."""
+    with _TINY_LOCAL_LOCK:
+        if not _TINY_LOCAL:
+            _TINY_LOCAL.append(_make_tiny_local(beside.parent / "tiny-local"))
+        return _TINY_LOCAL[0]
+
+
+def _make_tiny_local(d: Path) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    d = tmp_path_factory.mktemp("tiny")
+    d.mkdir()
     rows = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(12 + i % 20)) for i in range(64)]
     (d / "data").mkdir()
     with open(d / "data" / "train.jsonl", "w", encoding="utf-8") as fh:
@@ -322,17 +334,20 @@ def _builtin_sweep(d: Path, tmp_path: Path) -> dict:
                    "--lr", "1e-4", "--steps", 8, "--warmup", 2, "--allow-busy", "--runs-dir", tmp_path / "runs",
                    "--export", "csv", "-o", tmp_path / "out.csv", "--emit-config", path, cwd=tmp_path)
     trained = train_from(path, tmp_path, tmp_path / "emitted") if proc.returncode == 0 else None
-    return dict(proc=proc, path=path, trained=trained)
+    return dict(proc=proc, path=path, trained=trained, model=d)
+
+
+scenarios(__name__, {"script": lambda t: _script_sweep(tiny_local(t), t),
+                     "builtin": lambda t: _builtin_sweep(tiny_local(t), t)}, first=["script"])
 
 
 @pytest.fixture(scope="module")
-def emitted(tiny_local, tmp_path_factory):
-    """Both sweeps below and their trainings from the emitted files, side by side: real
-    processes that spend most of their time starting (TRL's command line, fresh interpreters);
-    what is checked is what each recommended and what its training saved, not how long anything
-    took (--allow-busy: a recommendation even on a busy machine)."""
-    return side_by_side(tmp_path_factory, {"script": lambda t: _script_sweep(tiny_local, t),
-                                           "builtin": lambda t: _builtin_sweep(tiny_local, t)})
+def emitted(scenario_results):
+    """Both sweeps above and their trainings from the emitted files, as the session ran them:
+    side by side, real processes that spend most of their time starting (TRL's command line,
+    fresh interpreters); what is checked is what each recommended and what its training saved,
+    not how long anything took (--allow-busy: a recommendation even on a busy machine)."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow
@@ -366,11 +381,11 @@ def test_script_sweep_file_trains_as_measured(emitted):
 
 
 @pytest.mark.slow
-def test_builtin_sweep_file_trains_as_measured(emitted, tiny_local):
+def test_builtin_sweep_file_trains_as_measured(emitted):
     """``tracetui --model DIR --dataset FILE.jsonl --emit-config``: the file loads the same model
     and data file in ``trl sft`` and trains with the sweep's LoRA, rate, length and the split."""
-    d = tiny_local
     got = outcome(emitted, "builtin")
+    d = got["model"]
     proc, path = got["proc"], got["path"]
     assert proc.returncode == 0, proc.stderr[-4000:]
     best = recommended(path.parent / "runs")

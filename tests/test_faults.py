@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tracetui.cli import main
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, side_by_side
+from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, scenarios
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -195,29 +195,33 @@ def test_show_skips_and_counts_bad_lines(tmp_path):
     assert [r["split"] for r in rows] == ["1x4", "2x2", "4x1"] and all(r["status"] == "ok" for r in rows)
 
 
-@pytest.mark.slow
-def test_monitor_without_a_terminal_says_so_at_once(tmp_path):
-    """Piped or from cron, without --export: a one-line error, nothing started or left behind
-    (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""
-    runs = tmp_path / "runs"
+def _without_a_terminal(folder: Path) -> dict:
+    """Four commands that would start the monitor (each a real ``python -m tracetui`` whose
+    stdout is a pipe), all at once; what each said."""
+    runs = folder / "runs"
     commands = (["show", DATA], ["--steps", 4, "--warmup", 1, "--runs-dir", runs], ["watch", "--runs-dir", runs],
                 ["sweep", "--runs-dir", runs, "--", sys.executable, "-c", "pass"])
-    # the four at once (each is a real `python -m tracetui` whose stdout is a pipe), then each read
     procs = [subprocess.Popen([sys.executable, "-m", "tracetui", *cli_args(args)], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONUNBUFFERED="1")) for args in commands]
     try:
-        for args, proc in zip(commands, procs):
-            _, err = proc.communicate(timeout=60)
-            assert proc.returncode == 2, (args, err)
-            assert err.strip().splitlines() == [
-                "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
-                "add --export csv (or json) to run without it"]
+        said = [(args, proc.communicate(timeout=60)[1], proc.returncode) for args, proc in zip(commands, procs)]
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_left(*procs)
+    return dict(said=said, runs=runs)
+
+
+@pytest.mark.slow
+def test_monitor_without_a_terminal_says_so_at_once(faulted_sweeps):
+    """Piped or from cron, without --export: a one-line error, nothing started or left behind
+    (once a replay drew into the pipe and spun a core for as long as nobody noticed)."""
+    got = outcome(faulted_sweeps, "no terminal")
+    for args, err, code in got["said"]:
+        assert code == 2, (args, err)
+        assert err.strip().splitlines() == [
+            "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
+            "add --export csv (or json) to run without it"]
+    runs = got["runs"]
     assert not (runs.exists() and any(runs.glob("*/*.log")))  # no worker ever started
 
 
@@ -373,7 +377,7 @@ def _trial_killed_by_a_signal(folder: Path) -> dict:
 def _fork_server_killed(folder: Path, warmup: int) -> dict:
     """A sweep of three splits whose fork server is SIGKILLed once three steps are measured."""
     runs, out = folder / "runs", folder / "out.csv"
-    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 60, "--warmup", warmup,
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 30, "--warmup", warmup,
                    "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
     try:
         _wait(lambda: sum(e["type"] == "step" and not e["warmup"] for e in _events(runs)) >= 3
@@ -388,14 +392,18 @@ def _fork_server_killed(folder: Path, warmup: int) -> dict:
     return dict(code=proc.returncode, err=err, servers=servers, runs=runs, out=out)
 
 
+SCENARIOS = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
+             signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
+             "trial killed": _trial_killed_by_a_signal, "no terminal": _without_a_terminal}
+if sys.platform.startswith("linux"):  # (the fork server is Linux's)
+    SCENARIOS.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (3, 1)})
+scenarios(__name__, SCENARIOS, first=[k for k in SCENARIOS if isinstance(k, tuple)])
+
+
 @pytest.fixture(scope="module")
-def faulted_sweeps(tmp_path_factory):
-    scenarios = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, group=True),
-                 signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
-                 "trial killed": _trial_killed_by_a_signal}
-    if sys.platform.startswith("linux"):  # (the fork server is Linux's)
-        scenarios.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (1, 3)})
-    return side_by_side(tmp_path_factory, scenarios)
+def faulted_sweeps(scenario_results):
+    """The sweeps above, as the session ran them (beside the other modules' scenarios)."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow

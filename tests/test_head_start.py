@@ -279,6 +279,8 @@ def test_an_attempt_crowded_out_by_a_head_start_is_no_run_of_its_split():
         assert "4x1" not in recommendation(list(alone.values()))
 
 
+@pytest.mark.slow  # (a sweep starts its fork server)
+@pytest.mark.quiet  # (a stopping rule at work: it runs before the background scenarios)
 def test_until_confident_runs_take_their_warm_up_while_the_run_before_exits(tmp_path):
     """Their references come with the turn that begins their measured steps (after the run
     before has been reaped), so nothing holds their warm-up back to the reap."""

@@ -23,7 +23,7 @@ import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, held_import, kill_left, outcome, read_csv, run_main, side_by_side, wait_until
+from .conftest import ROOT, held_import, kill_left, outcome, read_csv, scenarios, wait_until
 
 TINY = ["--steps", 200, "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--effective-batch", 4]
 
@@ -95,11 +95,11 @@ def _second_sweep_on_the_same_output(folder: Path, start: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def same_output_sweeps(tmp_path_factory):
-    """Both starts' pairs of sweeps, side by side: each a real tracetui with a real worker, and
-    nothing checked depends on how busy the machine is."""
-    return side_by_side(tmp_path_factory, {s: lambda d, s=s: _second_sweep_on_the_same_output(d, s)
-                                           for s in ("spawn", "forkserver")})
+def same_output_sweeps(scenario_results):
+    """Both starts' pairs of sweeps, as the session ran them: side by side, each a real tracetui
+    with a real worker, and nothing checked depends on how busy the machine is."""
+    return {key[1]: got for key, got in scenario_results[__name__].items()
+            if isinstance(key, tuple) and key[0] == "same output"}
 
 
 @pytest.mark.slow
@@ -325,16 +325,11 @@ def _stopped_while_the_worker_imports_trl(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def stopped_sweeps(tmp_path_factory):
-    """The sweeps the tests below stop, run side by side: each a real tracetui with a real
-    worker, and nothing they check depends on how busy the machine is."""
-    return side_by_side(tmp_path_factory, {
-        ("headless", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
-        ("monitor", signal.SIGTERM): lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
-        ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
-        ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
-        "importing trl": _stopped_while_the_worker_imports_trl,
-    })
+def stopped_sweeps(scenario_results):
+    """The sweeps the tests below stop, as the session ran them: side by side, each a real
+    tracetui with a real worker, and nothing they check depends on how busy the machine is (the
+    stalled one's limit is checked to within its grace: its steps take a fraction of a second)."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow
@@ -406,43 +401,38 @@ def test_watch_monitor_stopped_by_sigterm_writes_and_restores(tmp_path):
 STALL = 15
 
 
-@pytest.mark.slow
-def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
-    """A worker stopped (SIGSTOP) after its second step: the sweep (run here in this process; the
-    worker is a real spawned trial) reports it ``stalled`` once the limit has passed, stops it,
-    and goes on to the next split."""
-    runs, out = tmp_path / "runs", tmp_path / "out.csv"
-    done, seen = threading.Event(), {}
-
-    def stop_a_worker():  # beside the sweep, as a debugger or a hung call would
-        try:
-            wait_until(lambda: _worker(runs, 2) is not None or done.is_set(), 180)
-            if done.is_set():
-                return
-            seen["pid"] = _worker(runs)
-            os.kill(seen["pid"], signal.SIGSTOP)
-            seen["t"] = time.time()
-            if not done.wait(180):  # the old code waited on it forever: end it, and fail below
-                seen["hung"] = True
-                os.kill(seen["pid"], signal.SIGKILL)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
-            seen["error"] = exc
-
-    stopper = threading.Thread(target=stop_a_worker, daemon=True)
-    stopper.start()
+def _stalled(folder: Path) -> dict:
+    """A sweep whose first split's worker is stopped (SIGSTOP) once it has measured two steps, as a
+    debugger or a hung call would stop it."""
+    runs, out = folder / "runs", folder / "out.csv"
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
+                   "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs], folder)
+    got = dict(runs=runs, out=out)
     try:
-        proc = run_main("--export", "csv", "-o", out, "--splits", "1x4,4x1", "--steps", 40, "--warmup", 1,
-                        "--seq-len", 32, "--repeats", 1, "--stall-timeout", STALL, "--runs-dir", runs, cwd=tmp_path)
+        wait_until(lambda: _worker(runs, 2) is not None or proc.poll() is not None, 180)
+        if proc.poll() is None:
+            got["pid"] = _worker(runs)
+            os.kill(got["pid"], signal.SIGSTOP)
+            got["t"] = time.time()
+        _, got["err"] = proc.communicate(timeout=180)  # (the old code waited on the stopped worker forever)
+        got["worker_left"] = "pid" in got and _alive(got["pid"])
     finally:
-        done.set()
-        stopper.join(10)
-        if "pid" in seen and _alive(seen["pid"]):
-            os.kill(seen["pid"], signal.SIGKILL)
-    err = proc.stderr
-    assert "error" not in seen and "hung" not in seen, seen
-    assert "t" in seen, f"the first split finished before its worker could be stopped: {err}"
-    worker, stopped_at = seen["pid"], seen["t"]
-    assert proc.returncode == 1, err  # a run stalled: the sweep went on, but not cleanly
+        if "pid" in got and _alive(got["pid"]):
+            os.kill(got["pid"], signal.SIGKILL)
+        kill_left(proc)
+    got["code"] = proc.returncode
+    return got
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(stopped_sweeps):
+    """A worker stopped (SIGSTOP) after its second step: the sweep reports it ``stalled`` once the
+    limit has passed, stops it, and goes on to the next split."""
+    got = outcome(stopped_sweeps, "stalled")
+    err, runs = got["err"], got["runs"]
+    assert "t" in got, f"the first split finished before its worker could be stopped: {err}"
+    stopped_at = got["t"]
+    assert got["code"] == 1, err  # a run stalled: the sweep went on, but not cleanly
     ev = _events(runs)
     failed = [e for e in ev if e["type"] == "run_failed"]
     assert [e["kind"] for e in failed] == ["stalled"]
@@ -450,29 +440,26 @@ def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(tmp_path):
     assert STALL <= failed[0]["t"] - stopped_at < STALL + 10 + 5  # noticed after the limit; stopped within the grace
     measured = [e for e in ev if e["type"] == "step" and e["run_id"] == failed[0]["run_id"]]
     assert len(measured) >= 2 and max(e["t"] for e in measured) < stopped_at  # not the step the stop cut through
-    rows = {r["split"]: r for r in read_csv(out)}
+    rows = {r["split"]: r for r in read_csv(got["out"])}
     assert rows["1x4"]["status"] == "stalled" and rows["4x1"]["status"] == "ok"
     assert int(rows["1x4"]["steps_measured"]) == len(measured) - 1
     assert "1x4: stalled: no progress for" in err
-    assert not _alive(worker)
+    assert not got["worker_left"]
 
 
 # ---- signals that come at bad moments ---------------------------------------------------------------
 
-@pytest.mark.slow
-def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
-    """Ctrl-C, then Ctrl-C again every 50 ms until tracetui has gone: it used to print a
-    KeyboardInterrupt traceback from finish_outputs, once in six tries, and write no CSV (four tries
-    here: each is a real sweep, the four side by side)."""
+def _ctrl_c_twice(folder: Path) -> list[tuple]:
+    """Four real sweeps, each sent Ctrl-C once its run's worker is up (its log exists: a Ctrl-C
+    before that stops a sweep that has nothing to report as interrupted), then again and again
+    every 50 ms until it has gone; what each said and left."""
     tries = []
     try:
         for n in range(4):
-            runs, out = tmp_path / f"runs{n}", tmp_path / f"out{n}.csv"
+            runs, out = folder / f"runs{n}", folder / f"out{n}.csv"
             proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
-                           "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], tmp_path)
+                           "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
             tries.append((runs, out, proc))
-        # each, once its run's worker is up (its log exists): a Ctrl-C before that stops a sweep that
-        # has nothing to report as interrupted; then again and again until it has gone
         pressed = set()
         t0 = time.monotonic()
         while any(proc.poll() is None for _, _, proc in tries):
@@ -482,18 +469,25 @@ def test_two_quick_ctrl_c_never_lose_the_csv(tmp_path):
                     os.killpg(proc.pid, signal.SIGINT)
             assert time.monotonic() - t0 < 180, f"timed out; pressed in {sorted(pressed)}"
             time.sleep(0.05)  # the fault itself: a second Ctrl-C 50 ms later, and another ...
-        for n, (runs, out, proc) in enumerate(tries):
-            _, err = proc.communicate(timeout=60)
-            assert proc.returncode == 130, (n, err)
-            assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
-            assert "tracetui: interrupted by SIGINT" in err, (n, err)
-            assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
-            assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
+        return [(proc.returncode, proc.communicate(timeout=60)[1], runs, out) for runs, out, proc in tries]
     finally:
         for _, _, proc in tries:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.mark.slow
+def test_two_quick_ctrl_c_never_lose_the_csv(stopped_sweeps):
+    """Ctrl-C, then Ctrl-C again every 50 ms until tracetui has gone: it used to print a
+    KeyboardInterrupt traceback from finish_outputs, once in six tries, and write no CSV (four tries
+    here: each is a real sweep, the four side by side)."""
+    for n, (code, err, runs, out) in enumerate(outcome(stopped_sweeps, "ctrl-c twice")):
+        assert code == 130, (n, err)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (n, err)
+        assert "tracetui: interrupted by SIGINT" in err, (n, err)
+        assert [e["kind"] for e in _events(runs) if e["type"] == "run_failed"] == ["interrupted"], n
+        assert {r["status"] for r in read_csv(out)} <= {"interrupted"}, n  # a row once the run had started
 
 
 def test_watch_export_stops_and_writes_on_an_ssh_drop(tmp_path):
@@ -661,3 +655,16 @@ def test_a_hung_up_terminal_is_read_as_such():
     assert _terminal_hung_up([panic_of(eio)])
     assert not _terminal_hung_up([panic_of(key_error_while_handling_eio)])
     assert not _terminal_hung_up([panic_of(ebadf), "text"])
+
+
+scenarios(__name__, {
+    "stalled": _stalled,  # (its limit is a wait, spent beside the others)
+    ("headless", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=False),
+    ("monitor", signal.SIGTERM): lambda d: _stopped_by_a_signal(d, signal.SIGTERM, monitor=True),
+    ("monitor", signal.SIGHUP): lambda d: _stopped_by_a_signal(d, signal.SIGHUP, monitor=True),
+    ("monitor", None): lambda d: _stopped_by_a_signal(d, None, monitor=True),
+    "importing trl": _stopped_while_the_worker_imports_trl,
+    "ctrl-c twice": _ctrl_c_twice,
+    **{("same output", start): lambda d, start=start: _second_sweep_on_the_same_output(d, start)
+       for start in ("spawn", "forkserver")},
+}, first=["stalled"])

@@ -7,14 +7,14 @@ from tracetui.config import SweepConfig, validate
 from tracetui.runner.sweep import Sweep
 from tracetui.store import read_events
 
-from .conftest import read_csv, run_cli
+from .conftest import kill_left, read_csv, run_main
 
 pytestmark = pytest.mark.slow
 
 
 def test_ddp_world_size_2_with_gloo(tmp_path):
     out = tmp_path / "ddp.csv"
-    proc = run_cli("--export", "csv", "-o", out, "--nproc-per-node", 2, "--effective-batch", 8,
+    proc = run_main("--export", "csv", "-o", out, "--nproc-per-node", 2, "--effective-batch", 8,
                    "--splits", "1x4,4x1", "--vary", "sharding=ddp,fsdp", "--steps", 5, "--warmup", 1,
                    "--seq-len", 64, "--memory-limit", 20, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
@@ -83,8 +83,8 @@ def test_gpus_refused_without_gpus(capsys):
 
 
 def test_two_machines_on_one_with_gloo(tmp_path):
-    """--nnodes 2: two tracetui processes, one per "machine", meet at one rendezvous; each
-    shows its own machine's rank as the lead (torchrun's c10d rendezvous hands out global ranks
+    """--nnodes 2: two tracetui, one per "machine" (a process of its own, and this one), meet at one
+    rendezvous; each shows its own machine's rank as the lead (torchrun's c10d rendezvous hands out global ranks
     in the order the machines join)."""
     import socket
     import subprocess
@@ -93,16 +93,22 @@ def test_two_machines_on_one_with_gloo(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = []
-    for node in (0, 1):
-        cmd = [sys.executable, "-m", "tracetui", "--export", "csv", "-o", str(tmp_path / f"node{node}.csv"),
-               "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}",
-               "--effective-batch", "4", "--splits", "2x1", "--steps", "4", "--warmup", "1", "--seq-len", "32",
-               "--repeats", "1", "--device", "cpu", "--runs-dir", str(tmp_path / f"runs{node}")]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
+
+    def node(rank):
+        return ["--export", "csv", "-o", tmp_path / f"node{rank}.csv", "--nnodes", 2, "--node-rank", rank,
+                "--rdzv-endpoint", f"127.0.0.1:{port}", "--effective-batch", 4, "--splits", "2x1", "--steps", 4,
+                "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--device", "cpu", "--runs-dir", tmp_path / f"runs{rank}"]
+
+    # the second machine a process of its own, the first this one (its libraries imported already)
+    second = subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, node(1))], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        first = run_main(*node(0))
+        _, err = second.communicate(timeout=300)
+    finally:
+        kill_left(second)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, err
     global_ranks = set()
     for node in (0, 1):
         rows = read_csv(tmp_path / f"node{node}.csv")

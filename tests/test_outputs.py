@@ -25,7 +25,7 @@ from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import Verdict
 
-from .conftest import ROOT, outcome, read_csv, run_cli, run_main, side_by_side, wait_until
+from .conftest import ROOT, outcome, read_csv, run_cli, run_main, scenarios, wait_until
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 
@@ -207,11 +207,14 @@ def _run_one_command(folder: Path) -> dict:
     return dict(proc=proc, out=out, runs=folder / "runs")
 
 
+scenarios(__name__, {"monitor": _monitor_in_a_terminal, "run": _run_one_command}, first=["monitor"])
+
+
 @pytest.fixture(scope="module")
-def commands(tmp_path_factory):
-    """The real commands below, side by side: what each wrote and said is checked, not how long
-    it took (--allow-busy: an answer even on a busy machine)."""
-    return side_by_side(tmp_path_factory, {"monitor": _monitor_in_a_terminal, "run": _run_one_command})
+def commands(scenario_results):
+    """The real commands above, as the session ran them: side by side, what each wrote and said
+    is checked, not how long it took (--allow-busy: an answer even on a busy machine)."""
+    return scenario_results[__name__]
 
 
 @pytest.mark.slow

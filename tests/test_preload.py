@@ -8,10 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from tracetui.runner.lifetime import forking, trial_context
+
+from .conftest import outcome, scenarios
 
 pytestmark = pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")
 
@@ -108,11 +111,9 @@ def test_asked_to_the_server_imports_the_optional_packages_as_the_libraries_woul
     assert out.stdout.split() == ["[]", "False"], out.stderr
 
 
-@pytest.mark.slow
-def test_the_fork_server_ends_with_tracetui_not_after_it(tmp_path):
-    """Left to end by itself the server outlives tracetui by its own interpreter's shutdown,
-    holding tracetui's output open meanwhile; tracetui kills it as it exits. Read through a
-    subreaper, which the orphaned server is handed to: how it ended (killed, not exited)."""
+def _orphaned_server(tmp_path: Path):
+    """A short-lived tracetui process whose fork server has served, under a subreaper: how the
+    server ended, once handed to it."""
     helper = tmp_path / "reaper.py"
     helper.write_text(textwrap.dedent("""
         import ctypes, json, os, subprocess, sys
@@ -129,7 +130,19 @@ def test_the_fork_server_ends_with_tracetui_not_after_it(tmp_path):
         print(json.dumps({"tracetui": child.returncode, "signalled": os.WIFSIGNALED(status),
                           "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}))
     """))
-    out = subprocess.run([sys.executable, str(helper)], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, str(helper)], capture_output=True, text=True, timeout=300)
+
+
+if forking():
+    scenarios(__name__, {"orphaned server": _orphaned_server})
+
+
+@pytest.mark.slow
+def test_the_fork_server_ends_with_tracetui_not_after_it(scenario_results):
+    """Left to end by itself the server outlives tracetui by its own interpreter's shutdown,
+    holding tracetui's output open meanwhile; tracetui kills it as it exits. Read through a
+    subreaper, which the orphaned server is handed to: how it ended (killed, not exited)."""
+    out = outcome(scenario_results[__name__], "orphaned server")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"tracetui": 0, "signalled": True, "signal": signal.SIGKILL}

@@ -4,12 +4,13 @@ worker killed mid-run: tests/test_faults.py::test_worker_sigkill_mid_run_headles
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tracetui.store import read_events
 
-from .conftest import ROOT, cli_args, read_csv, run_main, wait_until
+from .conftest import ROOT, cli_args, outcome, read_csv, run_main, scenarios, wait_until
 
 
 def _save_tiny_model(path):
@@ -59,30 +60,16 @@ def test_local_model_directory_and_jsonl_text(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_unreachable_hub_ids_are_config_errors(tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    cases = {"--model": "nobody/no-such-model", "--dataset": "nobody/no-such-data"}
-    # both at once, each a real `python -m tracetui`
-    procs = {}
-    for flag, name in cases.items():
-        args = cli_args(["--export", "csv", flag, name, "--runs-dir", tmp_path / flag[2:]])
-        procs[flag] = subprocess.Popen([sys.executable, "-m", "tracetui", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        for flag, proc in procs.items():
-            _, err = proc.communicate(timeout=300)
-            assert proc.returncode == 2 and f"{flag}: cannot load '{cases[flag]}'" in err, err
-            assert "Traceback" not in err
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    # (this process runs with HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1: tests/conftest.py)
+    for flag, name in {"--model": "nobody/no-such-model", "--dataset": "nobody/no-such-data"}.items():
+        proc = run_main("--export", "csv", flag, name, "--runs-dir", tmp_path / flag[2:])
+        assert proc.returncode == 2 and f"{flag}: cannot load '{name}'" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.slow
-def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(tmp_path):
-    """No route to the hub (a port nobody listens on stands for it): one line says so, and the
-    checks and runs load from the cache at once instead of each waiting on the hub's retries."""
+def _no_route_to_the_hub(folder: Path):
+    """A sweep of a hub id where a port nobody listens on stands for the hub (a fresh process:
+    the hub settings are its environment's)."""
     import socket
 
     with socket.socket() as s:
@@ -90,9 +77,19 @@ def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(tmp
         port = s.getsockname()[1]  # closed again: connections are refused
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env.update(PYTHONUNBUFFERED="1", HF_ENDPOINT=f"http://127.0.0.1:{port}")
-    args = cli_args(["--export", "csv", "--model", "nobody/no-such-model", "--runs-dir", tmp_path / "runs"])
-    proc = subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=ROOT, capture_output=True, text=True,
+    args = cli_args(["--export", "csv", "--model", "nobody/no-such-model", "--runs-dir", folder / "runs"])
+    return subprocess.run([sys.executable, "-m", "tracetui", *args], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=300)
+
+
+scenarios(__name__, {"no route": _no_route_to_the_hub})
+
+
+@pytest.mark.slow
+def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(scenario_results):
+    """No route to the hub (a port nobody listens on stands for it): one line says so, and the
+    checks and runs load from the cache at once instead of each waiting on the hub's retries."""
+    proc = outcome(scenario_results[__name__], "no route")
     assert proc.returncode == 2, proc.stderr
     assert ("tracetui: 127.0.0.1 cannot be reached (Connection refused): nobody/no-such-model load from this "
             "machine's cache only (HF_HUB_OFFLINE=1); set HF_HUB_OFFLINE=0 to wait for the hub instead") in proc.stderr

@@ -113,13 +113,13 @@ def test_a_script_that_dies_before_its_trainer(tmp_path):
     row per run under its trial's name with the reason; the second identical failure stops the
     sweep (the same failure in every run, whatever each run's log is called), exit 2. A script
     that does not exist is refused before anything starts."""
-    from .conftest import read_csv, run_cli
+    from .conftest import read_csv, run_main
 
     bad = tmp_path / "bad.py"
     bad.write_text("import sys\nprint('this script needs a GPU')\nsys.exit(3)\n")
     out = tmp_path / "r.csv"
-    proc = run_cli("sweep", "--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--runs-dir", tmp_path / "runs",
-                   "--", sys.executable, bad, timeout=120)
+    proc = run_main("sweep", "--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--runs-dir", tmp_path / "runs",
+                    "--", sys.executable, bad)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "every run fails the same way" in proc.stderr
     rows = {r["split"]: r for r in read_csv(out)}
@@ -127,7 +127,7 @@ def test_a_script_that_dies_before_its_trainer(tmp_path):
         assert rows[split]["status"] == "error"
         assert "exited with status 3 without reporting: this script needs a GPU" in rows[split]["message"]
     assert rows["4x1"]["message"].startswith("not run: every run fails the same way")
-    proc = run_cli("sweep", "--export", "csv", "-o", tmp_path / "m.csv", "--", sys.executable,
-                   tmp_path / "missing.py", timeout=60)
+    proc = run_main("sweep", "--export", "csv", "-o", tmp_path / "m.csv", "--", sys.executable,
+                    tmp_path / "missing.py")
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"tracetui: error: sweep: {tmp_path / 'missing.py'} does not exist; give the training script's path"

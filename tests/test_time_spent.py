@@ -8,6 +8,7 @@ their own logs; the monitor's account from one recorded."""
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import DetailPane, start_words
 
-from .conftest import CPU_TINY, pilot_until, run_cli, run_main
+from .conftest import CPU_TINY, outcome, pilot_until, run_cli, run_main, scenarios
 
 
 def _adds_up(spent: dict) -> bool:
@@ -32,14 +33,24 @@ def _log(runs_dir):
     return log
 
 
-@pytest.mark.slow
-def test_a_sweeps_time_adds_up_from_its_start_to_its_end(tmp_path):
-    out = tmp_path / "sum.json"
+def _a_command_of_its_own(folder: Path) -> dict:
+    """A short sweep as a command of its own (a fresh process: the fork server's imports are its)."""
+    out = folder / "sum.json"
     proc = run_cli("--splits", "1x2,2x1", "--effective-batch", "2", "--steps", "5", "--warmup", "2", "--seq-len", "32",
-                   "--runs-dir", tmp_path / "runs", "--export", "json", "-o", out)
+                   "--runs-dir", folder / "runs", "--export", "json", "-o", out)
+    return dict(proc=proc, out=out, runs=folder / "runs")
+
+
+scenarios(__name__, {"command": _a_command_of_its_own})
+
+
+@pytest.mark.slow
+def test_a_sweeps_time_adds_up_from_its_start_to_its_end(scenario_results):
+    got = outcome(scenario_results[__name__], "command")
+    proc, out, tmp_runs = got["proc"], got["out"], got["runs"]
     assert proc.returncode == 0, proc.stderr
     (spent,) = json.loads(out.read_text())["time"]
-    events = read_events([_log(tmp_path / "runs")]).events
+    events = read_events([_log(tmp_runs)]).events
     steps = [e for e in events if e["type"] == "step"]
     assert spent["sweep"] == events[0]["run_id"] and events[0]["type"] == "sweep"
     assert spent["steps_s"] == pytest.approx(sum(e["wall_ms"] for e in steps) / 1000, abs=0.011)

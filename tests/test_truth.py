@@ -17,7 +17,7 @@ from tracetui.events import make
 from tracetui.busy import judge
 from tracetui.probe import quiet
 
-from .conftest import wait_until
+from .conftest import outcome, scenarios, wait_until
 
 
 def _run(events, run_id, mb, ga, walls, loss=None, env=None, quiet_info=None, settings=None, phases=None):
@@ -66,10 +66,8 @@ def test_checkpointing_flag_is_what_the_model_really_did(tmp_path, checkpointing
     assert "q_proj" in settings["lora_targets_resolved"]  # all-linear, as PEFT resolved it
 
 
-@pytest.mark.slow
-def test_callback_reads_back_the_scripts_own_settings(tmp_path):
-    """Attach mode: the settings are the user's script's, read from its Trainer (here: an
-    SFTConfig that leaves checkpointing at TRL's default, which is on)."""
+def _a_script_with_the_callback(tmp_path) -> tuple:
+    """A user's script with TraceCallback (its own SFTConfig), three steps."""
     script = tmp_path / "train.py"
     script.write_text(f"""
 import sys
@@ -90,6 +88,17 @@ t = SFTTrainer(model=AutoModelForCausalLM.from_config(build_config("tiny")), arg
 t.train()
 """)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    return proc, tmp_path
+
+
+scenarios(__name__, {"script": _a_script_with_the_callback})
+
+
+@pytest.mark.slow
+def test_callback_reads_back_the_scripts_own_settings(scenario_results):
+    """Attach mode: the settings are the user's script's, read from its Trainer (here: an
+    SFTConfig that leaves checkpointing at TRL's default, which is on)."""
+    proc, tmp_path = outcome(scenario_results[__name__], "script")
     assert proc.returncode == 0, proc.stderr[-2000:]
     events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
     types = [e["type"] for e in events]

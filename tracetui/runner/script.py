@@ -1,10 +1,11 @@
-"""``tracetui sweep -- python train.py ARGS``: run an unmodified HF/TRL script once per split.
+"""``tracetui sweep -- python train.py ARGS``: run an unmodified training command once per split.
 
-Each run appends ``--per_device_train_batch_size MB --gradient_accumulation_steps GA`` (the
-``HfArgumentParser``/``TrlParser`` flag names) and puts :mod:`tracetui.inject` on the script's
-``PYTHONPATH``, whose ``sitecustomize`` adds a ``TraceCallback`` to the script's ``Trainer``. The
-callback reports to this sweep's own socket, so the events take the same path as a sweep's.
-Offers the same interface as :class:`~tracetui.runner.sweep.Sweep` to the TUI and headless mode.
+How a trial's split and settings reach the command, and whether its runs fork from the fork
+server, is :mod:`.launch`'s to say (flags after an ``HfArgumentParser`` script, a per-run copy of
+a config-file trainer's YAML). Each run has :mod:`tracetui.inject` on its ``PYTHONPATH``, whose
+``sitecustomize`` adds a ``TraceCallback`` to the command's ``Trainer``; the callback reports to
+this sweep's own socket, so the events take the same path as a sweep's. Offers the same
+interface as :class:`~tracetui.runner.sweep.Sweep` to the TUI and headless mode.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..store import EventLog
 from ..trial import Trial
 from . import forkrun
 from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, environment_of, fork_target, launcher_for, world_size
-from .lifetime import (OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context)
+from .lifetime import OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
 

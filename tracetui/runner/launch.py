@@ -119,19 +119,36 @@ def world_size(cmd: list[str]) -> tuple[int, str]:
     return 1, ""
 
 
-class Launcher:
-    """How a trial reaches one kind of command (see the module's note)."""
+class Flags:
+    """How a trial reaches one kind of command (see the module's note). This class is the
+    default kind: an ``HfArgumentParser``/``TrlParser`` script, alone or after accelerate or
+    torchrun, given the split and settings as flags; :class:`ConfigFile` changes how a trial
+    reaches the command, and keeps the rest."""
 
     name = "flags"
 
     def check(self, cmd: list[str], varied: dict) -> None:
         """Refuse a command that already fixes what the sweep sets per trial, or a varied
         setting this kind of command cannot be given (one :class:`ConfigError` line)."""
+        owned = list(SPLIT_FLAGS)
+        for name in varied:
+            knob = KNOBS[name]
+            if knob.script is None:
+                raise ConfigError("--vary", f"{name} cannot be set on a script from outside",
+                                  "set it in the script, or compare it with tracetui's own sweep")
+            owned += [a for a in knob.script(next(iter(varied[name]))) if a.startswith("--")]
+        for arg in cmd:
+            flag = arg.split("=", 1)[0]
+            for name in owned:
+                if flag in (name, name.replace("_", "-")):
+                    raise ConfigError("sweep", f"the script's command line already sets {flag}",
+                                      "remove it: tracetui sets it for each trial")
 
     def trial_command(self, cmd: list[str], trial: Trial, folder: Path | None = None) -> TrialCommand:
         """The command for ``trial``; ``folder``: where the run's own files go (one folder per
         run: a run never resumes from another's checkpoints; None: a dry run, nothing written)."""
-        raise NotImplementedError
+        return TrialCommand(cmd + [SPLIT_FLAGS[0], str(trial.micro_batch), SPLIT_FLAGS[1], str(trial.grad_accum)]
+                            + script_args(trial.settings_dict))
 
     def environment(self, cmd: list[str], env: dict[str, str]) -> dict[str, str]:
         """``env`` as the command runs in it: a program of another Python environment as if that
@@ -149,29 +166,6 @@ class Launcher:
     def notes(self) -> list[str]:
         """What the runs of this kind of command get that the user did not write (one line each)."""
         return []
-
-
-class Flags(Launcher):
-    """An ``HfArgumentParser``/``TrlParser`` script, alone or after accelerate/torchrun."""
-
-    def check(self, cmd: list[str], varied: dict) -> None:
-        owned = list(SPLIT_FLAGS)
-        for name in varied:
-            knob = KNOBS[name]
-            if knob.script is None:
-                raise ConfigError("--vary", f"{name} cannot be set on a script from outside",
-                                  "set it in the script, or compare it with tracetui's own sweep")
-            owned += [a for a in knob.script(next(iter(varied[name]))) if a.startswith("--")]
-        for arg in cmd:
-            flag = arg.split("=", 1)[0]
-            for name in owned:
-                if flag in (name, name.replace("_", "-")):
-                    raise ConfigError("sweep", f"the script's command line already sets {flag}",
-                                      "remove it: tracetui sets it for each trial")
-
-    def trial_command(self, cmd: list[str], trial: Trial, folder: Path | None = None) -> TrialCommand:
-        return TrialCommand(cmd + [SPLIT_FLAGS[0], str(trial.micro_batch), SPLIT_FLAGS[1], str(trial.grad_accum)]
-                            + script_args(trial.settings_dict))
 
 
 @dataclass(frozen=True)
@@ -229,7 +223,7 @@ def dialect_of(cmd: list[str]) -> tuple[Dialect, int] | None:
     return None
 
 
-class ConfigFile(Launcher):
+class ConfigFile(Flags):
     """axolotl, LLaMA-Factory: a per-trial copy of the user's YAML with the keys changed."""
 
     def __init__(self, dialect: Dialect, index: int):
@@ -346,7 +340,7 @@ def with_keys(text: str, data: dict, changes: dict[str, Any]) -> str:
     return yaml.safe_dump(expected, sort_keys=False)
 
 
-def launcher_for(cmd: list[str]) -> Launcher:
+def launcher_for(cmd: list[str]) -> Flags:
     found = dialect_of(cmd)
     return ConfigFile(*found) if found else Flags()
 

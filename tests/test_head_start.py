@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import read_csv, run_main
+from .conftest import ROOT, read_csv, run_main
 
 from tracetui.config import SweepConfig
 from tracetui.plan import GridPlanner
 from tracetui.runner.sweep import relaying
 from tracetui.runner.turns import Turns
-from tracetui.runner.worker import WAITING_STAGE
+from tracetui.events import WAITING_STAGE
 from tracetui.search import make_planner
 from tracetui.trial import Trial
 
@@ -277,6 +277,31 @@ def test_an_attempt_crowded_out_by_a_head_start_is_no_run_of_its_split():
         assert alone["4x1"]["status"] == kind and alone["4x1"]["runs"] == 0, alone["4x1"]
         assert not alone["4x1"].get("step_ms_median")
         assert "4x1" not in recommendation(list(alone.values()))
+
+
+def test_a_split_whose_next_run_waits_for_its_turn_is_queued_not_warming_up():
+    """Replayed from the H200's built-in sweep (two runs a split, head starts): while a split's
+    next run is built and waits for its turn, the split's row says ``queued``, as it would
+    without head starts (its first run is done, nothing of it warms up); once that run steps,
+    the row follows it. The run list still says what the run waits for."""
+    from tracetui.analysis import Results, summarise
+    from tracetui.tui.widgets.runlist import Stage, run_state
+
+    from .test_monitor_layout import load
+
+    events = load(ROOT / "docs" / "results" / "h200_after_layout" / "builtin_events.jsonl.gz")
+    results, seen = Results(), []
+    for e in events:
+        results.add(e)
+        if e["type"] == "run_stage" and e["stage"] == WAITING_STAGE and e["run_id"].endswith("2x2#2"):
+            rows = {r["trial"]: r for r in summarise(results)}
+            run = results.runs[e["run_id"]]
+            seen.append((rows["2x2"]["status"], rows["4x1"]["status"], rows["1x4"]["status"],
+                         run_state(run, Stage(e["stage"], e["elapsed_s"], 0.0), False, 0.0).plain))
+        elif e["type"] == "step" and e["run_id"].endswith("2x2#2") and e["step"] == 1:
+            seen.append(({r["trial"]: r for r in summarise(results)}["2x2"]["status"],))
+    # 2x2's first run is done and its second waits while 4x1's second takes its warm-up steps
+    assert seen == [("queued", "warming up", "ok", f"{WAITING_STAGE} 2s"), ("warming up",)], seen
 
 
 @pytest.mark.slow  # (a sweep starts its fork server)

@@ -30,6 +30,8 @@ RUN_FAILED = "run_failed"
 RUN_SETTINGS = "run_settings"
 #: what a trial's process is doing before its first step (``stage``), and since when
 RUN_STAGE = "run_stage"
+#: the stage of a run that is built and waits for its turn (a head start, :mod:`tracetui.runner.turns`)
+WAITING_STAGE = "built, waiting for its turn"
 #: when the sweep's own parts happened (``times``: name -> unix seconds, :mod:`tracetui.clock`);
 #: its ``run_id`` is the sweep's id. Sent as the sweep starts, and with its end as it ends
 SWEEP = "sweep"

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from ..bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
 from ..events import (AGAIN_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FAILED_KINDS, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE,
-                      RUN_STARTED, STEP, SWEEP)
+                      RUN_STARTED, STEP, SWEEP, WAITING_STAGE)
 from ..trial import Trial
 
 #: the statuses of a run still measuring (or about to): every other status is how it ended
@@ -40,6 +40,8 @@ class RunData:
     stages: dict = field(default_factory=dict)
     #: when the sweep asked for the run's process (unix seconds, from its first stage)
     asked_at: float | None = None
+    #: what the run last said it was doing before its first step (rank 0's ``run_stage``)
+    stage: str = ""
 
     @property
     def label(self) -> str:
@@ -56,6 +58,15 @@ class RunData:
         if not env:  # a trial the sweep never started: where the sweep's other runs ran
             return self.sweep_machines.get(self.run_id.split("/", 1)[0], "CPU")
         return env.get("gpu_name") or "CPU"
+
+    @property
+    def split_status(self) -> str:
+        """The status this run gives its split's row: a run built early that waits for its turn
+        (a head start) is ``queued`` there, as it would be without head starts; the run list
+        says what it waits for."""
+        if self.status == "warming up" and self.stage == WAITING_STAGE and not self.steps:
+            return "queued"
+        return self.status
 
     def measured(self) -> list[dict]:
         if self.status in AGAIN_KINDS:
@@ -93,7 +104,7 @@ class RunData:
                 del self.notices[MAX_NOTICES // 2]
         elif etype == RUN_STAGE:
             if event.get("rank", 0) == 0 and isinstance(event.get("stages"), dict):
-                self.stages = event["stages"]
+                self.stages, self.stage = event["stages"], str(event.get("stage") or "")
                 # the earliest reading: a swept script's callback sends its stages at once,
                 # at its first step, each with its own time since the process started
                 asked = event["t"] - float(event["elapsed_s"])

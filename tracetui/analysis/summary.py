@@ -109,11 +109,10 @@ def summarise(results: Results, project_steps: int | None = None,
         trial = runs[0].trial
         measured = [s for r in runs for s in r.measured()]
         walls = [s["wall_ms"] for s in measured]
-        statuses = [r.status for r in runs]
+        statuses = [r.split_status for r in runs]
         live = [st for st in statuses if st in LIVE_STATUSES]
-        # still measuring while any run is (running before warming up before queued: a head start
-        # built beside a measuring run does not make its split look as if it were warming up);
-        # ok once one run is; else the failure
+        # still measuring while any run is (running before warming up before queued; a run built
+        # early that waits for its turn is queued); ok once one run is; else the failure
         status = (next(st for st in ("running", "warming up", "queued") if st in live) if live
                   else "ok" if "ok" in statuses else statuses[-1])
         failed = [st for st in statuses if st in FAIL_KINDS] + [r.status for r in failed_of.get(key, [])]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..analysis import StopRule
 from ..config import KNOB_DEFAULTS, SweepConfig, dataset_kind
-from ..events import RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, StepRecord, make
+from ..events import RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, WAITING_STAGE, StepRecord, make
 from ..knobs import KNOBS, SHORT, fmt, model_args, sft_args
 from ..probe import quiet
 from ..probe.environment import environment
@@ -274,10 +274,6 @@ def classify_failure(exc: BaseException, micro_batch: int, varied: dict | None =
     if settings.get("torch_compile") and any(type(e).__name__ in _COMPILE_FAILURES for e in chain):
         return "unavailable", f"torch_compile=on does not compile here: {type(exc).__name__}: {text[:200]}"
     return "error", f"{type(exc).__name__}: {text[:300]}"
-
-
-#: the stage of a run that is built and waits for its turn (:mod:`.turns`)
-WAITING_STAGE = "built, waiting for its turn"
 
 
 class Stages:

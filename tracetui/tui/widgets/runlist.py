@@ -81,6 +81,7 @@ class RunList(DataTable):
     #: per run shown: (run id, its label, its status cell)
     entries: list[tuple[str, RunLabel, Text]] = []
 
+    # every way a user moves the cursor (arrows, pages, ctrl+home/end, a click) says so
     def action_cursor_up(self) -> None:
         self.user_moved = True
         super().action_cursor_up()
@@ -88,6 +89,26 @@ class RunList(DataTable):
     def action_cursor_down(self) -> None:
         self.user_moved = True
         super().action_cursor_down()
+
+    def action_page_up(self) -> None:
+        self.user_moved = True
+        super().action_page_up()
+
+    def action_page_down(self) -> None:
+        self.user_moved = True
+        super().action_page_down()
+
+    def action_scroll_top(self) -> None:
+        self.user_moved = True
+        super().action_scroll_top()
+
+    def action_scroll_bottom(self) -> None:
+        self.user_moved = True
+        super().action_scroll_bottom()
+
+    async def _on_click(self, event) -> None:
+        self.user_moved = True
+        await super()._on_click(event)
 
     def on_mount(self) -> None:
         self.cursor_type = "row"

@@ -63,14 +63,23 @@ def _group(item) -> int:
     return 1 if item.get_closest_marker("quiet") is not None or timed else 2
 
 
+@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist reads the groups)
 def pytest_collection_modifyitems(session, config, items):
     """The quick tests first, then the slow ones that check what a comparison of timings
     concluded (``quiet``, and the readers of :func:`tiny_sweep` and :func:`until_confident_sweep`), on a machine that
     nothing else of the session's own loads; then the other slow tests, beside which the
     scenarios of real processes (:func:`scenarios`) run in the background from the first of them
     on; last the tests that read what those scenarios saw. (A stable sort: within each group the
-    order is the files' own.)"""
+    order is the files' own.)
+
+    Under pytest-xdist (``-n 2 --dist loadgroup``, the project's default) the quick tests are
+    shared between the workers, and every slow test is one group that one worker runs, in this
+    order, once the quick ones are handed out: the other worker is then left a test or two, so
+    the ``quiet`` tests still start on a machine nothing else of the session loads."""
     items.sort(key=_group)
+    for item in items:
+        if _group(item):
+            item.add_marker(pytest.mark.xdist_group("real-processes"))
 
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays

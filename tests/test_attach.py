@@ -237,6 +237,36 @@ def test_stale_socket_replaced_live_one_not_stolen(tmp_path):
         first.close()
 
 
+def test_under_a_temp_dir_too_long_for_a_socket_tracetuis_sockets_go_to_tmp(tmp_path, monkeypatch):
+    """A cluster job's scratch $TMPDIR can be longer than a socket path may be (107 bytes): a
+    script sweep's and a run's private socket, and watch's default one, go to /tmp instead of
+    failing; a $TMPDIR that leaves room is kept."""
+    import shutil
+    import tempfile
+
+    from tracetui.attach import default_socket_dir, private_socket
+
+    long_tmp = tmp_path / ("scratch-" + "x" * 90)
+    long_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
+    folder, path = private_socket("tracetui-sweep-", "sweep.sock")
+    try:
+        assert Path(folder).parent == Path("/tmp") and stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        listener = SocketListener(path, lambda e: None).start()
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(path)  # a real socket, listening
+        client.close()
+        listener.close()
+    finally:
+        shutil.rmtree(folder)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    assert default_socket_dir().parent == Path("/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", "/var/tmp")
+    folder, _ = private_socket("tracetui-run-", "run.sock")
+    assert Path(folder).parent == Path("/var/tmp")
+    os.rmdir(folder)
+
+
 def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, capsys):
     from tracetui.cli import main
 

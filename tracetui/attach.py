@@ -50,12 +50,30 @@ SEND_TIMEOUT_S = 3.0
 DRAIN_TIMEOUT_S = 3.0
 
 
+#: a UNIX socket's path (sun_path) holds at most this many bytes
+SOCKET_PATH_MAX = 107
+
+
+def socket_temp_dir(room: int = 48) -> str:
+    """Where tracetui's own sockets go: the temp directory (``$TMPDIR``), or ``/tmp`` where that
+    leaves under ``room`` bytes for a socket's folder and name (a long scratch ``$TMPDIR`` of a
+    cluster job): the path a socket may have is short."""
+    tmp = tempfile.gettempdir()
+    return tmp if len(os.fsencode(tmp)) + room <= SOCKET_PATH_MAX else "/tmp"
+
+
+def private_socket(prefix: str, name: str) -> tuple[str, str]:
+    """A fresh folder of this process's own (0700) for one socket, and the socket's path in it."""
+    folder = tempfile.mkdtemp(prefix=prefix, dir=socket_temp_dir())
+    return folder, os.path.join(folder, name)
+
+
 def default_socket_dir() -> Path:
-    """``$XDG_RUNTIME_DIR/tracetui``, else ``tracetui-UID`` in the temp directory."""
+    """``$XDG_RUNTIME_DIR/tracetui``, else ``tracetui-UID`` in :func:`socket_temp_dir`."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return Path(runtime) / "tracetui"
-    return Path(tempfile.gettempdir()) / f"tracetui-{os.getuid()}"
+    return Path(socket_temp_dir()) / f"tracetui-{os.getuid()}"
 
 
 def default_socket_path() -> str:
@@ -592,7 +610,7 @@ def prepare_socket_path(path: str, private: bool | None = None) -> bool:
     parent = p.parent
     text = os.fspath(path)
     size = len(os.fsencode(text)) if text.isprintable() else -1
-    if not 0 < size <= 107:  # a UNIX socket's path (sun_path) holds at most 107 bytes
+    if not 0 < size <= SOCKET_PATH_MAX:
         from .text import clean
 
         raise ListenerError(f"--socket: {clean(text)} " + ("holds a character that is not printable" if size < 0 else

@@ -14,12 +14,11 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Callable
 
-from ..attach import SocketListener
+from ..attach import SocketListener, private_socket
 from ..store import EventLog
 from .launch import launcher_for
 from .script import probe_env
@@ -39,9 +38,8 @@ class CommandRun:
         self.log = EventLog(self.dir / "events.jsonl")
         self.output_path = self.dir / "command.log"
         # a private socket: its folder is made 0700 by the listener, removed on every way out
-        self._sockdir = tempfile.mkdtemp(prefix="tracetui-run-")
+        self._sockdir, self.socket_path = private_socket("tracetui-run-", "run.sock")
         atexit.register(shutil.rmtree, self._sockdir, True)
-        self.socket_path = os.path.join(self._sockdir, "run.sock")
         self.listener = None
         self.proc: subprocess.Popen | None = None
         #: the command's exit status once it has ended (negative: the signal that ended it)

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from ..attach import SocketListener
+from ..attach import SocketListener, private_socket
 from ..config import ConfigError, SweepConfig
 from ..events import make
 from ..knobs import KNOBS
@@ -139,9 +139,8 @@ class ScriptSweep(SweepBase):
         self._inbox: "queue.Queue[dict]" = queue.Queue()
         # A private socket: its folder is made 0700 by the listener, and removed on every way out
         # this process lives through (close, an error here, interpreter exit).
-        self._sockdir = tempfile.mkdtemp(prefix="tracetui-sweep-")
+        self._sockdir, self.socket_path = private_socket("tracetui-sweep-", "sweep.sock")
         atexit.register(self._remove_sockdir)
-        self.socket_path = os.path.join(self._sockdir, "sweep.sock")
         try:
             self.listener = SocketListener(self.socket_path, self._inbox.put).start()
         except BaseException:

@@ -3,6 +3,7 @@ import csv
 import gc
 import io
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,13 @@ def _collect_and_freeze() -> None:
 
 def pytest_collection_finish(session):
     _collect_and_freeze()
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker starts with SIGINT ignored, and so would every process it starts: a
+    test of Ctrl-C (sent to itself, to a sweep, to a script) needs it as a terminal delivers it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(hookwrapper=True)

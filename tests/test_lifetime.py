@@ -9,10 +9,12 @@ import fcntl
 import os
 import pty
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import textwrap
 import threading
@@ -138,8 +140,9 @@ SCRIPT = textwrap.dedent("""
 
 def _script_sweep(tmp_path, pids: Path):
     (tmp_path / "train.py").write_text(SCRIPT)
-    tmp = tmp_path / "t"
-    tmp.mkdir()
+    # the sweep's $TMPDIR, where its private socket folder goes: short (a pytest-xdist worker's
+    # tmp_path leaves too little of the 107 bytes a socket path may have, and tracetui would use /tmp)
+    tmp = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))
     proc = _start(["sweep", "--export", "csv", "-o", tmp_path / "out.csv", "--effective-batch", 1, "--splits", "1x1",
                    "--repeats", 1, "--runs-dir", tmp_path / "runs", "--", sys.executable, tmp_path / "train.py", pids],
                   tmp_path, TMPDIR=str(tmp))
@@ -152,11 +155,12 @@ def _script_sweep(tmp_path, pids: Path):
 def test_sigkill_of_a_script_sweep_takes_the_script_and_its_children_along(tmp_path):
     """The script runs in its own session (out of reach of the terminal's signals): it used to
     train on after tracetui was killed, and so did whatever it had started."""
-    proc, (script, child), _ = _script_sweep(tmp_path, tmp_path / "pids")
+    proc, (script, child), tmp = _script_sweep(tmp_path, tmp_path / "pids")
     assert _alive(script) and _alive(child)
     proc.kill()
     proc.wait(30)
     wait_until(lambda: not _alive(script) and not _alive(child), 5)
+    shutil.rmtree(tmp)  # (what a SIGKILL leaves: the private socket folder)
 
 
 @pytest.mark.slow
@@ -171,6 +175,7 @@ def test_sighup_to_a_script_sweep_stops_it_and_cleans_up(tmp_path):
     assert read_csv(tmp_path / "out.csv") == []  # written; no row, as the script never started training
     wait_until(lambda: not _alive(script) and not _alive(child), 15)
     assert not list(tmp.glob("tracetui-sweep-*"))
+    tmp.rmdir()
 
 
 def test_a_thread_that_ends_does_not_take_its_trials_along():

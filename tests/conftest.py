@@ -3,9 +3,11 @@ import csv
 import gc
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -145,6 +147,16 @@ def busy_marked(text: str, rows) -> bool:
     return ("[measured on a busy machine: " in text) == busy
 
 
+@pytest.fixture
+def short_tmp():
+    """A fresh folder with a short path, removed after the test: a $TMPDIR for tracetui's sockets
+    (a socket path may have 107 bytes; a pytest-xdist worker's tmp_path leaves too few of them,
+    and tracetui would put its sockets in /tmp instead)."""
+    folder = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def wait_until(pred, timeout=120):
     """Poll ``pred`` until it is true; fail after ``timeout`` seconds."""
     t0 = time.monotonic()
@@ -264,6 +276,12 @@ def _start_scenarios(session) -> None:
     nothing that depends on how busy the machine is; the quick tests have all run by then."""
     if _POOL:
         return
+    # The libraries that a scenario's in-process part and the tests beside it import, imported
+    # here first: imported for the first time from two threads at once, a lazy module
+    # (transformers') can fail one of them ("cannot import name 'TrainerCallback'").
+    import tracetui.probe.callback  # noqa: F401 - (torch, transformers, PEFT)
+    import trl  # noqa: F401
+
     wanted = sorted({item.module.__name__ for item in session.items if _reads_scenarios(item)})
     registered = [(m, _SCENARIOS[m]) for m in wanted if m in _SCENARIOS]
     order = [(m, k) for m, r in registered for k in r["first"]]

@@ -315,7 +315,8 @@ def _run_watch(tmp_path, *extra, env=None):
 
 
 @pytest.mark.parametrize("owner", ["me", pytest.param("other", marks=pytest.mark.skipif(not IS_ROOT, reason="needs root to chown"))])
-def test_default_socket_folder_that_others_could_write_is_refused(tmp_path, owner):
+def test_default_socket_folder_that_others_could_write_is_refused(short_tmp, owner):
+    tmp_path = short_tmp  # (the $TMPDIR of the watch: where its default socket folder is)
     folder = tmp_path / f"tracetui-{os.getuid()}"
     folder.mkdir()
     if owner == "other":

@@ -9,12 +9,10 @@ import fcntl
 import os
 import pty
 import select
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
 import textwrap
 import threading
@@ -138,11 +136,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _script_sweep(tmp_path, pids: Path):
+def _script_sweep(tmp_path, pids: Path, tmp: Path):
+    """A script sweep whose $TMPDIR (where its private socket folder goes) is ``tmp``."""
     (tmp_path / "train.py").write_text(SCRIPT)
-    # the sweep's $TMPDIR, where its private socket folder goes: short (a pytest-xdist worker's
-    # tmp_path leaves too little of the 107 bytes a socket path may have, and tracetui would use /tmp)
-    tmp = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))
     proc = _start(["sweep", "--export", "csv", "-o", tmp_path / "out.csv", "--effective-batch", 1, "--splits", "1x1",
                    "--repeats", 1, "--runs-dir", tmp_path / "runs", "--", sys.executable, tmp_path / "train.py", pids],
                   tmp_path, TMPDIR=str(tmp))
@@ -152,20 +148,19 @@ def _script_sweep(tmp_path, pids: Path):
 
 
 @pytest.mark.slow
-def test_sigkill_of_a_script_sweep_takes_the_script_and_its_children_along(tmp_path):
+def test_sigkill_of_a_script_sweep_takes_the_script_and_its_children_along(tmp_path, short_tmp):
     """The script runs in its own session (out of reach of the terminal's signals): it used to
     train on after tracetui was killed, and so did whatever it had started."""
-    proc, (script, child), tmp = _script_sweep(tmp_path, tmp_path / "pids")
+    proc, (script, child), _ = _script_sweep(tmp_path, tmp_path / "pids", short_tmp)
     assert _alive(script) and _alive(child)
     proc.kill()
     proc.wait(30)
     wait_until(lambda: not _alive(script) and not _alive(child), 5)
-    shutil.rmtree(tmp)  # (what a SIGKILL leaves: the private socket folder)
 
 
 @pytest.mark.slow
-def test_sighup_to_a_script_sweep_stops_it_and_cleans_up(tmp_path):
-    proc, (script, child), tmp = _script_sweep(tmp_path, tmp_path / "pids")
+def test_sighup_to_a_script_sweep_stops_it_and_cleans_up(tmp_path, short_tmp):
+    proc, (script, child), tmp = _script_sweep(tmp_path, tmp_path / "pids", short_tmp)
     assert list(tmp.glob("tracetui-sweep-*"))  # its private socket folder
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=60)
@@ -175,7 +170,6 @@ def test_sighup_to_a_script_sweep_stops_it_and_cleans_up(tmp_path):
     assert read_csv(tmp_path / "out.csv") == []  # written; no row, as the script never started training
     wait_until(lambda: not _alive(script) and not _alive(child), 15)
     assert not list(tmp.glob("tracetui-sweep-*"))
-    tmp.rmdir()
 
 
 def test_a_thread_that_ends_does_not_take_its_trials_along():

@@ -1,6 +1,7 @@
 import contextlib
 import csv
 import gc
+import importlib
 import io
 import os
 import shutil
@@ -52,10 +53,21 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: the order of the session (:func:`pytest_collection_modifyitems`): the quick tests (and the slow
+#: ones that start no training process and time nothing, ``anywhere``); the slow ones, beside
+#: which the scenarios of real processes run in the background (:func:`scenarios`); the tests that
+#: read what those saw; last the ``quiet`` ones, that check what a comparison of timings concluded
+QUICK, SLOW, READERS, QUIET = range(4)
+#: what the machine was found like before the first quiet test (:func:`_until_quiet`)
+_QUIET: list[str] = []
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    if _group(item) >= 2:
+    if _group(item) == SLOW or _group(item) == READERS:
         _start_scenarios(item.session)
+    elif _group(item) == QUIET and not _QUIET:
+        _QUIET.append(_until_quiet())
     yield
     _collect_and_freeze()
 
@@ -66,29 +78,41 @@ def _reads_scenarios(item) -> bool:
 
 def _group(item) -> int:
     if _reads_scenarios(item):
-        return 3
-    if item.get_closest_marker("slow") is None:
-        return 0
+        return READERS
+    if item.get_closest_marker("slow") is None or item.get_closest_marker("anywhere") is not None:
+        return QUICK
     timed = {"tiny_sweep", "until_confident_sweep"} & set(item.fixturenames)  # (their verdicts, their clocks)
-    return 1 if item.get_closest_marker("quiet") is not None or timed else 2
+    return QUIET if item.get_closest_marker("quiet") is not None or timed else SLOW
+
+
+def _until_quiet(most_s: float = 120.0) -> str:
+    """Before the first ``quiet`` test: wait until processes outside this one (another pytest-xdist
+    worker's tests, what a scenario left) use under a third of a core over a second, as tracetui
+    itself measures it (:mod:`tracetui.probe.quiet`), for at most ``most_s``; what was found."""
+    from tracetui.probe import quiet
+
+    end = time.monotonic() + most_s
+    while True:
+        a = quiet.snapshot(root=os.getpid())
+        time.sleep(1.0)
+        other = quiet.between(a, quiet.snapshot(root=os.getpid())).get("other_cpu_cores", 0.0)
+        if other < 0.33 or time.monotonic() > end:
+            return f"other processes used {other:.2f} CPU cores"
 
 
 @pytest.hookimpl(tryfirst=True)  # (before pytest-xdist reads the groups)
 def pytest_collection_modifyitems(session, config, items):
-    """The quick tests first, then the slow ones that check what a comparison of timings
-    concluded (``quiet``, and the readers of :func:`tiny_sweep` and :func:`until_confident_sweep`), on a machine that
-    nothing else of the session's own loads; then the other slow tests, beside which the
-    scenarios of real processes (:func:`scenarios`) run in the background from the first of them
-    on; last the tests that read what those scenarios saw. (A stable sort: within each group the
-    order is the files' own.)
+    """The groups in order (a stable sort: within each the order is the files' own): the quick
+    tests; the slow ones, with the scenarios of real processes in the background from the first
+    of them on; the tests that read what those saw; last the ``quiet`` ones, on a machine nothing
+    else of the session loads (:func:`_until_quiet`).
 
-    Under pytest-xdist (``-n 2 --dist loadgroup``, the project's default) the quick tests are
-    shared between the workers, and every slow test is one group that one worker runs, in this
-    order, once the quick ones are handed out: the other worker is then left a test or two, so
-    the ``quiet`` tests still start on a machine nothing else of the session loads."""
+    Under pytest-xdist (``-n 2 --dist loadgroup``, the project's default) every test of the last
+    three groups is one xdist group, which one worker runs in this order, from the start (xdist
+    hands out the largest group first); the other worker takes the quick tests meanwhile."""
     items.sort(key=_group)
     for item in items:
-        if _group(item):
+        if _group(item) != QUICK:
             item.add_marker(pytest.mark.xdist_group("real-processes"))
 
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
@@ -273,14 +297,14 @@ def _start_scenarios(session) -> None:
     each module before the rest: they then run beside the slow tests that come before the tests
     that read them (most of their time is spent starting processes and waiting for them: the
     slow tests take what they leave of the two cores, and the other way round). Scenarios check
-    nothing that depends on how busy the machine is; the quick tests have all run by then."""
+    nothing that depends on how busy the machine is; the ``quiet`` tests run once they are done."""
     if _POOL:
         return
     # The libraries that a scenario's in-process part and the tests beside it import, imported
     # here first: imported for the first time from two threads at once, a lazy module
     # (transformers') can fail one of them ("cannot import name 'TrainerCallback'").
-    import tracetui.probe.callback  # noqa: F401 - (torch, transformers, PEFT)
-    import trl  # noqa: F401
+    for name in ("tracetui.probe.callback", "trl"):  # (torch, transformers, PEFT; TRL)
+        importlib.import_module(name)
 
     wanted = sorted({item.module.__name__ for item in session.items if _reads_scenarios(item)})
     registered = [(m, _SCENARIOS[m]) for m in wanted if m in _SCENARIOS]

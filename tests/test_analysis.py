@@ -188,7 +188,7 @@ def test_until_confident_later_splits_stop_once_settled(until_confident_sweep):
 
 
 @pytest.mark.slow
-@pytest.mark.quiet  # (a stopping rule at work: it runs before the background scenarios)
+@pytest.mark.quiet  # (a stopping rule at work: it runs last, on a quiet machine)
 def test_repeats_and_until_confident_end_to_end(tmp_path):
     out = tmp_path / "r.csv"
     proc = run_main("--export", "csv", "-o", out, "--effective-batch", 2, "--splits", "1x2,2x1", "--repeats", 2,

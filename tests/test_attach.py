@@ -128,7 +128,7 @@ def test_show_two_logs_side_by_side(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.quiet  # (a stopping rule at work: it runs before the background scenarios)
+@pytest.mark.quiet  # (a stopping rule at work: it runs last, on a quiet machine)
 def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_path):
     """`tracetui sweep` runs an unmodified script (no TraceCallback in it: --no_trace) once per
     split, with the split's flags, and measures it through the probe it attaches; the stopping

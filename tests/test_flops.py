@@ -42,6 +42,7 @@ def one_step_counted(tmp_path, checkpointing: bool):
 
 
 @pytest.mark.slow
+@pytest.mark.anywhere
 def test_formula_matches_torchs_flop_counter_on_a_real_lora_step(tmp_path):
     """Within 5% of what torch counted, with and without activation checkpointing, on rows of
     different lengths (padded per micro-batch); model FLOPs the same either way."""

@@ -179,6 +179,7 @@ _plain = st.recursive(_scalar, lambda c: st.one_of(st.lists(c, max_size=3), st.d
 
 
 @pytest.mark.slow
+@pytest.mark.anywhere
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["run_started", "step", "gpu", "notice", "run_finished", "run_failed"]),
                           st.sampled_from(["r1", "r2"]),
@@ -600,6 +601,7 @@ def test_json_export_writes_null_for_values_that_are_not_finite():
 
 
 @pytest.mark.slow
+@pytest.mark.anywhere
 def test_a_huge_row_is_cut_before_it_is_tokenised(tmp_path):
     """One 8 MB row at --seq-len 256: tokenised whole it takes about 1.6 GB (a 50 MB row took
     10 GB); cut first, what the run tokenises stays small."""

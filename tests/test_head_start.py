@@ -305,7 +305,7 @@ def test_a_split_whose_next_run_waits_for_its_turn_is_queued_not_warming_up():
 
 
 @pytest.mark.slow  # (a sweep starts its fork server)
-@pytest.mark.quiet  # (a stopping rule at work: it runs before the background scenarios)
+@pytest.mark.quiet  # (a stopping rule at work: it runs last, on a quiet machine)
 def test_until_confident_runs_take_their_warm_up_while_the_run_before_exits(tmp_path):
     """Their references come with the turn that begins their measured steps (after the run
     before has been reaped), so nothing holds their warm-up back to the reap."""

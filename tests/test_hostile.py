@@ -201,6 +201,7 @@ def test_monitor_shows_the_probe_cases_literally():
 
 
 @pytest.mark.slow
+@pytest.mark.anywhere
 @settings(max_examples=12, deadline=None)
 @given(strings=st.lists(HOSTILE, min_size=1, max_size=3))
 def test_monitor_with_any_strings_never_crashes_nor_lets_a_control_through(strings):

@@ -239,6 +239,20 @@ def test_a_trial_is_written_one_way_everywhere(size, tmp_path):
         assert other not in shown, other
 
 
+def test_a_click_in_the_run_list_keeps_the_panes_on_the_clicked_run(tmp_path):
+    """Every way of moving the run list's cursor (a click here; ctrl+home above) is the user's:
+    the panes stay on the chosen run instead of following the sweep."""
+    app = monitor(LIGER, tmp_path)
+
+    async def steps(pilot):
+        await pilot.click(RunList, offset=(3, 3))  # (the border, the header, then the second run)
+        await pilot.pause()
+        return run_names(app)[app.query_one(RunList).cursor_row], app.query_one(DetailPane).content(100).plain
+
+    clicked, detail = drive(app, (120, 36), steps)
+    assert clicked == "1x4#1 liger=on" and detail.startswith(f"{clicked} on CPU")
+
+
 def test_the_verdict_never_names_a_run_by_its_id(screens):
     verdict = screens(LIGER, (120, 36)).verdict
     # (that log's runs shared the machine: the verdict says which, by name)

@@ -106,9 +106,8 @@ class RunList(DataTable):
         self.user_moved = True
         super().action_scroll_bottom()
 
-    async def _on_click(self, event) -> None:
+    def on_click(self) -> None:
         self.user_moved = True
-        await super()._on_click(event)
 
     def on_mount(self) -> None:
         self.cursor_type = "row"

@@ -155,6 +155,9 @@ def test_default_is_search_above_a_handful_and_grid_forces():
 
 
 @pytest.mark.slow
+# (on a quiet machine: beside another busy test worker, the probes' peak data size read from /proc
+# came out lower, 8x1 was predicted at 2.32 GiB instead of 2.62, ran, and ran out of memory)
+@pytest.mark.quiet
 def test_real_cpu_search_with_memory_limit(tmp_path):
     """A real tiny sweep on the CPU: probes learn the memory line, the trial predicted over the
     limit is skipped with its reason, the largest predicted to fit runs, and the summary carries

@@ -109,11 +109,21 @@ def pytest_collection_modifyitems(session, config, items):
 
     Under pytest-xdist (``-n 2 --dist loadgroup``, the project's default) every test of the last
     three groups is one xdist group, which one worker runs in this order, from the start (xdist
-    hands out the largest group first); the other worker takes the quick tests meanwhile."""
+    hands out the largest group first); the other worker takes the quick tests meanwhile, those
+    of a module whose tests share a module's fixture together."""
     items.sort(key=_group)
     for item in items:
         if _group(item) != QUICK:
             item.add_marker(pytest.mark.xdist_group("real-processes"))
+        elif _shares_a_module_fixture(item):  # (built once, in one worker, for all of them)
+            item.add_marker(pytest.mark.xdist_group(f"module-fixture:{item.module.__name__}"))
+
+
+def _shares_a_module_fixture(item) -> bool:
+    """Whether ``item`` reads a fixture built once per module (a monitor driven once for several
+    tests)."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(d.scope == "module" for ds in defs.values() for d in ds)
 
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays

@@ -287,7 +287,8 @@ def test_the_probe_adds_nothing_that_can_shadow_the_users_modules(tmp_path):
     from tracetui.runner.script import probe_env
 
     env = probe_env(str(tmp_path / "s.sock"), 3)
-    ours = [p for p in env["PYTHONPATH"].split(os.pathsep) if p != os.environ.get("PYTHONPATH")]
+    users = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))  # (the user's own entries stay)
+    ours = [p for p in env["PYTHONPATH"].split(os.pathsep) if p not in users]
     names = {n for p in ours for n in os.listdir(p)} - {"__pycache__", "__init__.py"}
     assert names == {"sitecustomize.py", "tracetui"}, names
     code = "import tracetui.attach, sitecustomize; print(tracetui.__file__)"

@@ -81,31 +81,7 @@ class RunList(DataTable):
     #: per run shown: (run id, its label, its status cell)
     entries: list[tuple[str, RunLabel, Text]] = []
 
-    # every way a user moves the cursor (arrows, pages, ctrl+home/end, a click) says so
-    def action_cursor_up(self) -> None:
-        self.user_moved = True
-        super().action_cursor_up()
-
-    def action_cursor_down(self) -> None:
-        self.user_moved = True
-        super().action_cursor_down()
-
-    def action_page_up(self) -> None:
-        self.user_moved = True
-        super().action_page_up()
-
-    def action_page_down(self) -> None:
-        self.user_moved = True
-        super().action_page_down()
-
-    def action_scroll_top(self) -> None:
-        self.user_moved = True
-        super().action_scroll_top()
-
-    def action_scroll_bottom(self) -> None:
-        self.user_moved = True
-        super().action_scroll_bottom()
-
+    # every way a user moves the cursor says so: the keys' actions (:data:`USER_MOVES`), a click
     def on_click(self) -> None:
         self.user_moved = True
 
@@ -158,3 +134,20 @@ class RunList(DataTable):
         self.entries = [(rid, run_label(rid, run, multi, plan.get(rid)), run_state(run, stages.get(rid), live, now))
                         for rid, run in rows]
         self._draw()
+
+
+#: the run list's key actions that move its cursor: each also marks the move as the user's
+USER_MOVES = ("cursor_up", "cursor_down", "page_up", "page_down", "scroll_top", "scroll_bottom")
+
+
+def _users_move(name: str):
+    def action(self: RunList) -> None:
+        self.user_moved = True
+        getattr(DataTable, f"action_{name}")(self)
+
+    action.__name__ = f"action_{name}"
+    return action
+
+
+for _name in USER_MOVES:
+    setattr(RunList, f"action_{_name}", _users_move(_name))

@@ -98,7 +98,7 @@ def test_each_next_run_starts_in_the_warm_up_and_never_beside_a_measured_step(ti
 
 @pytest.mark.slow
 def test_without_head_starts_each_run_starts_after_the_one_before_ends(tmp_path):
-    proc = run_main("--splits", "1x4,4x1", "--steps", "5", "--repeats", "1", "--no-head-start",
+    proc = run_main("--splits", "1x4,4x1", "--steps", 3, "--warmup", 2, "--seq-len", 32, "--no-head-start",
                     "--runs-dir", tmp_path / "runs", "--export", "json", "-o", tmp_path / "s.json")
     assert proc.returncode == 0, proc.stderr
     assert "head starts" not in proc.stderr

@@ -265,6 +265,14 @@ def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
     release_server()  # as a trial: dies with tracetui, and the driver's own CUDA check
     if server:
         set_parent_death_signal(server)
+    # The answer goes through the pipe; what the libraries print while they load (the data set
+    # loader's progress bar, a hub's warnings) would land on the user's terminal: over the
+    # monitor's screen, or above the one-line refusal. A check that fails otherwise than as a
+    # configuration error runs again in tracetui, where its traceback shows.
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    os.close(quiet)
     try:
         validate_deep(cfg)
         answer: Any = "ok"

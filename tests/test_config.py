@@ -64,7 +64,8 @@ def test_cuda_where_there_is_none(capsys):
 def test_text_field_absent(tmp_path):
     """The refusal is the command's one line on the terminal: nothing the check process's
     libraries print (the data set loader's progress bar, as it reads a file its cache has not
-    seen: hence rows of this test's own) reaches it, in a monitor's screen or above the line."""
+    seen: hence rows of this test's own) reaches the terminal (the same terminal a monitor draws
+    on)."""
     data = tmp_path / "d.jsonl"
     data.write_text(f'{{"body": "hello {tmp_path.name}"}}\n{{"body": "world"}}\n')
     proc = run_cli("--export", "csv", "--dataset", data, "--text-field", "text", cwd=tmp_path)

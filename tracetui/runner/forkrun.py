@@ -49,7 +49,7 @@ def run(payload: dict) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     code = 1
     try:
-        _own_output(payload["log_path"])
+        own_output(payload["log_path"])
         os.chdir(payload["cwd"])
         os.environ.clear()
         os.environ.update(payload["env"], **{FORKED_ENV: "1"})
@@ -70,8 +70,9 @@ def run(payload: dict) -> None:
             os._exit(code)
 
 
-def _own_output(log_path: str) -> None:
-    """stdin from /dev/null, stdout and stderr to the run's log (as a fresh process would have)."""
+def own_output(log_path: str) -> None:
+    """stdin from /dev/null, stdout and stderr to the run's log (as a fresh process would have;
+    ``os.devnull`` for a process whose output nobody reads)."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)

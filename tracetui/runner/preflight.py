@@ -12,6 +12,7 @@ from .. import clock
 from ..config import ConfigError, SweepConfig, dataset_kind, model_kind
 from ..presets import build_config
 from ..text import say
+from .forkrun import own_output
 from .lifetime import release_server, restart_server_if_gone, server_pid, set_parent_death_signal
 from .sources import load_text_dataset
 
@@ -269,10 +270,7 @@ def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
     # loader's progress bar, a hub's warnings) would land on the user's terminal: over the
     # monitor's screen, or above the one-line refusal. A check that fails otherwise than as a
     # configuration error runs again in tracetui, where its traceback shows.
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, 1)
-    os.dup2(quiet, 2)
-    os.close(quiet)
+    own_output(os.devnull)
     try:
         validate_deep(cfg)
         answer: Any = "ok"

@@ -54,18 +54,24 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-#: the order of the session (:func:`pytest_collection_modifyitems`): the quick tests (and the slow
-#: ones that start no training process and time nothing, ``anywhere``); the slow ones, beside
-#: which the scenarios of real processes run in the background (:func:`scenarios`); the tests that
-#: read what those saw; last the ``quiet`` ones, that check what a comparison of timings concluded
+#: the groups of the session (:func:`pytest_collection_modifyitems`): the quick tests (and the
+#: slow ones that start no training process and time nothing, ``anywhere``); the slow ones; the
+#: tests that read what the scenarios of real processes saw (:func:`scenarios`); the ``quiet``
+#: ones, that check what a comparison of timings concluded
 QUICK, SLOW, READERS, QUIET = range(4)
 #: the CPU cores other processes used as the first quiet test started (:func:`_until_quiet`)
 _QUIET: list[float] = []
 
 
+#: whether this session is split over pytest-xdist workers (the project's default)
+_XDIST = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    if _group(item) == SLOW or _group(item) == READERS:
+    # the scenarios start with the first reader (under xdist, in the worker that runs the readers),
+    # in one process with the first slow test, to run beside the slow tests
+    if _group(item) == READERS or (_group(item) == SLOW and not _XDIST):
         _start_scenarios(item.session)
     elif _group(item) == QUIET and not _QUIET:
         _QUIET.append(_until_quiet())
@@ -108,20 +114,28 @@ def _until_quiet(most_s: float = 120.0) -> float:
 
 @pytest.hookimpl(tryfirst=True)  # (before pytest-xdist reads the groups)
 def pytest_collection_modifyitems(session, config, items):
-    """The groups in order (a stable sort: within each the order is the files' own): the quick
-    tests; the slow ones, with the scenarios of real processes in the background from the first
-    of them on; the tests that read what those saw; last the ``quiet`` ones, on a machine nothing
-    else of the session loads (:func:`_until_quiet`).
+    """The order of the session (a stable sort: within each group the files' own order).
 
-    Under pytest-xdist (``-n 2 --dist loadgroup``, the project's default) every test of the last
-    three groups is one xdist group, which one worker runs in this order, from the start (xdist
-    hands out the largest group first); the other worker takes the quick tests meanwhile, those
-    of a module whose tests share a module's fixture together."""
-    items.sort(key=_group)
+    In one process: the quick tests; the slow ones, with the scenarios of real processes in the
+    background from the first of them on (:func:`_start_scenarios`); the tests that read what
+    those saw; last the ``quiet`` ones, on a machine nothing else of the session loads
+    (:func:`_until_quiet`).
+
+    Under pytest-xdist (``--dist loadgroup --no-loadscope-reorder``, the project's default) xdist
+    hands out the work in this order, each next piece to a worker that is nearly out of it: first
+    the readers, one xdist group: the worker that takes them runs the scenarios and waits for
+    them; the other workers take the quick tests, then the slow ones, one by one (and the first,
+    once its scenarios are done, what is left of them); last the ``quiet`` tests, one group, to
+    the first worker that asks, where they wait until the others have ended their last tests.
+    Tests that share a module's fixture go together (built once, in one worker, for all)."""
+    order = (READERS, QUICK, SLOW, QUIET) if _XDIST else (QUICK, SLOW, READERS, QUIET)
+    items.sort(key=lambda item: order.index(_group(item)))
     for item in items:
-        if _group(item) != QUICK:
-            item.add_marker(pytest.mark.xdist_group("real-processes"))
-        elif _shares_a_module_fixture(item):  # (built once, in one worker, for all of them)
+        if _group(item) == READERS:
+            item.add_marker(pytest.mark.xdist_group("scenarios"))
+        elif _group(item) == QUIET:
+            item.add_marker(pytest.mark.xdist_group("quiet"))
+        elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(f"module-fixture:{item.module.__name__}"))
 
 
@@ -310,10 +324,10 @@ _POOL: dict = {}
 def _start_scenarios(session) -> None:
     """Start, once, in a background thread, the scenarios of every module whose selected tests
     read them (:func:`scenario_results`), :data:`SCENARIOS_AT_ONCE` at a time, the ``first`` of
-    each module before the rest: they then run beside the slow tests that come before the tests
-    that read them (most of their time is spent starting processes and waiting for them: the
-    slow tests take what they leave of the two cores, and the other way round). Scenarios check
-    nothing that depends on how busy the machine is; the ``quiet`` tests run once they are done."""
+    each module before the rest: they then run beside the other tests (most of their time is
+    spent starting processes and waiting for them: the other tests take what they leave of the
+    two cores, and the other way round). Scenarios check nothing that depends on how busy the
+    machine is; the ``quiet`` tests run once they are done."""
     if _POOL:
         return
     # The libraries that a scenario's in-process part and the tests beside it import, imported

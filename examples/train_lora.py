@@ -53,7 +53,8 @@ def main() -> None:
     import torch
 
     parser = HfArgumentParser((ScriptArguments, SFTConfig))
-    parser.set_defaults(bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),output_dir="/tmp/tracetui-example", max_steps=20, learning_rate=2e-4, logging_steps=5,
+    parser.set_defaults(bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+                        output_dir="/tmp/tracetui-example", max_steps=20, learning_rate=2e-4, logging_steps=5,
                         save_strategy="no", report_to="none", max_length=128, disable_tqdm=True,
                         per_device_train_batch_size=2, gradient_accumulation_steps=2)
     script_args, sft_args = parser.parse_args_into_dataclasses()

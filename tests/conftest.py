@@ -135,15 +135,20 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.xdist_group("scenarios"))
         elif _group(item) == QUIET:
             item.add_marker(pytest.mark.xdist_group("quiet"))
-        elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(f"module-fixture:{item.module.__name__}"))
+        elif _shared_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(_shared_fixture(item)))
 
 
-def _shares_a_module_fixture(item) -> bool:
-    """Whether ``item`` reads a fixture built once per module (a monitor driven once for several
-    tests)."""
+def _shared_fixture(item) -> str | None:
+    """The fixture of this suite that ``item`` shares with other tests, built once per module (a
+    monitor driven once for several tests) or once per session (a real sweep), if any: the tests
+    that share it go to one worker, which builds it once for all of them."""
     defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-    return any(d.scope == "module" for ds in defs.values() for d in ds)
+    ours = [d for ds in defs.values() for d in ds if d.func.__module__.startswith("tests.")]
+    session = sorted(d.argname for d in ours if d.scope == "session")
+    if session:
+        return f"session-fixture:{session[0]}"
+    return f"module-fixture:{item.module.__name__}" if any(d.scope == "module" for d in ours) else None
 
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays

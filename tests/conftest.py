@@ -127,7 +127,7 @@ def pytest_collection_modifyitems(session, config, items):
     them; the other workers take the quick tests, then the slow ones, one by one (and the first,
     once its scenarios are done, what is left of them); last the ``quiet`` tests, one group, to
     the first worker that asks, where they wait until the others have ended their last tests.
-    Tests that share a module's fixture go together (built once, in one worker, for all)."""
+    Tests that share a fixture of a module or of the session go together (:func:`_shared_fixture`)."""
     order = (READERS, QUICK, SLOW, QUIET) if _XDIST else (QUICK, SLOW, READERS, QUIET)
     items.sort(key=lambda item: order.index(_group(item)))
     for item in items:

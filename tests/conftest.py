@@ -390,6 +390,30 @@ def read_csv(path):
         return list(csv.DictReader(fh))
 
 
+#: :func:`cpu_data_base_gib`, once read
+_DATA_BASE: dict = {}
+_DATA_BASE_LOCK = threading.Lock()
+
+
+def cpu_data_base_gib() -> float:
+    """What a trial holds before it builds anything, as ``--memory-limit`` counts it on the CPU
+    (its data size, RLIMIT_DATA: the libraries' writable data, the data set library's memory
+    arena), in GiB, read in a process forked from this process's fork server as trials are. It
+    is the build's, not the test's: torch's CUDA build holds about 0.55 GiB more than its CPU
+    build, on a machine without a GPU too. The CPU tests of ``--memory-limit`` set theirs above
+    it, so that they ask the same of every build."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tracetui.probe.callback import data_peak_gib
+    from tracetui.runner.lifetime import trial_context
+
+    with _DATA_BASE_LOCK:
+        if "gib" not in _DATA_BASE:
+            with ProcessPoolExecutor(1, mp_context=trial_context()) as pool:
+                _DATA_BASE["gib"] = pool.submit(data_peak_gib).result()
+    return _DATA_BASE["gib"]
+
+
 # ---- real sweeps shared by the tests that read them (each runs once a session, when first asked) ----
 
 @pytest.fixture(scope="session")
@@ -426,9 +450,12 @@ def until_confident_sweep(tmp_path_factory):
 def cpu_oom_sweep(tmp_path_factory):
     """One real headless sweep where the big micro-batch runs out of memory: on the CPU
     --memory-limit caps each run's data size (RLIMIT_DATA), and 16x1 cannot allocate at 512
-    tokens a row while 1x16 can. Two warm-up steps: 1x16 starts beside 16x1 (a head start)."""
+    tokens a row while 1x16 can (1.19 GiB above what a trial holds before it builds anything:
+    2.6 GiB with torch's CPU build, where 1x16's peak read 1.6). Two warm-up steps: 1x16 starts
+    beside 16x1 (a head start)."""
     d = tmp_path_factory.mktemp("oom")
     out = d / "s.json"
+    limit = round(cpu_data_base_gib() + 1.19, 2)
     proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 3, "--warmup", 2, "--seq-len", 512,
-                    "--memory-limit", 2.6, "--runs-dir", d / "runs", "--export", "json", "-o", out)
+                    "--memory-limit", limit, "--runs-dir", d / "runs", "--export", "json", "-o", out)
     return dict(proc=proc, out=out, runs=d / "runs")

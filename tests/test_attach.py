@@ -17,7 +17,8 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import wait_until as _wait_for, CPU_TINY, ROOT, kill_left, outcome, read_csv, run_cli, scenarios
+from .conftest import (wait_until as _wait_for, CPU_TINY, ROOT, cpu_data_base_gib, kill_left, outcome, read_csv,
+                       run_cli, scenarios)
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -284,7 +285,8 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
 
 def _script_sweep_searching(folder: Path) -> dict:
     out = folder / "s.csv"
-    proc = run_cli("sweep", "--search", "--memory-limit", 2, "--effective-batch", 8, "--export", "csv", "-o", out,
+    limit = round(cpu_data_base_gib() + 0.59, 2)  # (2 GiB with torch's CPU build)
+    proc = run_cli("sweep", "--search", "--memory-limit", limit, "--effective-batch", 8, "--export", "csv", "-o", out,
                    "--runs-dir", folder / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
                    "--max_length", 32, cwd=folder)
     return dict(proc=proc, out=out, runs=folder / "runs")

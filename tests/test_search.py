@@ -10,6 +10,8 @@ from tracetui.search import make_planner
 from tracetui.search import SearchPlanner, wants_search
 from tracetui.trial import Trial
 
+from .conftest import cpu_data_base_gib
+
 
 def _grid(eb):
     return [Trial(m, eb // m) for m in range(1, eb + 1) if eb % m == 0]
@@ -154,6 +156,12 @@ def test_default_is_search_above_a_handful_and_grid_forces():
     assert not wants_search(small, validate(small))[0]
 
 
+def _limit_above_a_trials_base() -> float:
+    """The CPU searches' --memory-limit: 1.04 GiB above what a trial holds before it builds
+    anything (2.45 GiB with torch's CPU build)."""
+    return round(cpu_data_base_gib() + 1.04, 2)
+
+
 @pytest.mark.slow
 def test_real_cpu_search_with_memory_limit(tmp_path):
     """A real tiny sweep on the CPU: probes learn the memory line, the trial predicted over the
@@ -161,10 +169,12 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     its prediction beside what it measured; probes are no rows."""
     from tracetui.runner.sweep import Sweep
 
-    # 2.45 GiB (bound 2.2 GiB): the two probes' line predicts 8x1 at 2.32-2.62 GiB from run to run
-    # (2x1's peak read 1.68-1.74 GiB; 8x1 really needs over 2.6), 4x2 at 1.90-2.04 GiB
+    # 2.45 GiB with torch's CPU build (bound 2.2 GiB), where a trial holds 1.41 GiB before it builds
+    # anything: the two probes' line predicts 8x1 at 2.32-2.62 GiB from run to run (2x1's peak read
+    # 1.68-1.74 GiB; 8x1 really needs over 2.6), 4x2 at 1.90-2.04 GiB
+    limit = _limit_above_a_trials_base()
     cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=6, warmup=1, repeats=1, device="cpu",
-                      memory_limit=2.45, search=True, runs_dir=str(tmp_path))
+                      memory_limit=limit, search=True, runs_dir=str(tmp_path))
     trials = validate(cfg)
     planner = make_planner(cfg, trials)
     results = Results()
@@ -176,7 +186,7 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     rows = {r["split"]: r for r in summarise(results)}
     assert set(rows) == {"1x8", "2x4", "4x2", "8x1"}  # the probes 1x1, 2x1 are no rows
     assert rows["8x1"]["status"] == "skipped" and rows["8x1"]["message"].startswith("predicted")
-    assert rows["8x1"]["predicted_mem_gib"] > 2.45 * 0.9
+    assert rows["8x1"]["predicted_mem_gib"] > limit * 0.9
     ran = [r for r in rows.values() if r["status"] == "ok"]
     assert ran and all(r["predicted_mem_gib"] and r["peak_mem_gib"] for r in ran)
     assert rows["4x2"]["status"] == "ok" and rows["4x2"]["why"].startswith("largest micro-batch predicted to fit")
@@ -197,8 +207,9 @@ def test_real_cpu_search_runs_a_trial_predicted_not_to_fit_when_asked_and_its_oo
     on below it."""
     from tracetui.runner.sweep import Sweep
 
+    limit = _limit_above_a_trials_base()
     cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=2, warmup=1, repeats=1, device="cpu",
-                      memory_limit=2.45, search=True, run_unfit=True, runs_dir=str(tmp_path))
+                      memory_limit=limit, search=True, run_unfit=True, runs_dir=str(tmp_path))
     trials = validate(cfg)
     results = Results()
     sweep = Sweep(cfg, trials, on_event=results.add, planner=make_planner(cfg, trials))
@@ -209,5 +220,5 @@ def test_real_cpu_search_runs_a_trial_predicted_not_to_fit_when_asked_and_its_oo
     rows = {r["split"]: r for r in summarise(results)}
     big = rows["8x1"]
     assert big["status"] == "oom" and "out of memory at micro-batch 8" in big["message"]
-    assert big["predicted_mem_gib"] > 2.45 * 0.9 and "(--run-unfit)" in big["why"]
+    assert big["predicted_mem_gib"] > limit * 0.9 and "(--run-unfit)" in big["why"]
     assert rows["4x2"]["status"] == "ok" and "below micro-batch 8, which ran out of memory" in rows["4x2"]["why"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from tracetui.store import read_events
 from tracetui.tui import app as app_mod
 from tracetui.tui.app import TraceApp
-from tracetui.tui.sources import Inbox, Source
+from tracetui.tui.sources import Inbox, Source, SweepSource
 from tracetui.tui.widgets import RunList
 
 from .conftest import pilot_until
@@ -75,3 +75,22 @@ def test_events_reach_the_screen_without_the_timer(monkeypatch, tmp_path):
     assert app.events_applied == len(events) and not app._dirty
     assert "SourceDone" in posted
     assert 1 <= posted.count("EventsArrived") < len(events) / 10  # batches, not one per event
+
+
+def test_a_sweep_no_longer_runs_once_its_source_says_it_is_done():
+    """The monitor draws a sweep's end on its source's word (the verdict with what its intervals
+    cover, said only of a sweep with no run left to come): by then the source must not say it
+    runs. Its thread used to, still alive as it said it, and the last redraw then read the sweep
+    as running (the note came a timer's tick later, if at all)."""
+    class Quick:  # (a sweep with nothing to run: its end is what is tested)
+        on_event = None
+
+        def run(self):
+            pass
+
+    source, said, done = SweepSource(Quick()), [], threading.Event()
+    source.on_done = lambda: (said.append(source.running()), done.set())
+    source.start(Inbox())
+    assert done.wait(30)
+    assert said == [False]
+    source.join(30)

@@ -82,8 +82,9 @@ def test_live_sweep_in_app(tmp_path):
                         and all(r.status == "ok" for r in app.results.runs.values()))
 
             await pilot_until(pilot, done, 240)
-            # the sweep over, the last events are drawn at once: the table and the whole answer
-            await pilot_until(pilot, lambda: not app.source.running() and not app._dirty
+            # the sweep over (and the app has taken that in), the last events are drawn at once:
+            # the table and the whole answer
+            await pilot_until(pilot, lambda: not app.source.running() and not app._was_running and not app._dirty
                         and app.query_one(SummaryTable).row_count == 2, 30)
             said = str(app.query_one("#verdict").render())
             # the verdict (asked for on a busy machine too: allow_busy), marked when measured busy

@@ -331,6 +331,7 @@ class TraceApp(App):
         self.apply_events()
         self._next_summary = 0.0
         self.redraw()  # the last events and the verdict, at once
+        self._was_running = self.source.running()  # (its end drawn: no second redraw for it)
 
     def _say_time(self) -> None:
         """Once a sweep has ended: where its time went, on the status line (once a sweep; a

@@ -102,6 +102,7 @@ class SweepSource(Source):
         self.sweep = sweep
         self._thread: threading.Thread | None = None
         self._inbox: Inbox | None = None
+        self._running = False
 
     def start(self, inbox: Inbox) -> None:
         self._inbox = inbox
@@ -113,14 +114,18 @@ class SweepSource(Source):
             try:
                 target()
             finally:
+                # not running by the time it says it is done: the app's last redraw, on that
+                # word, reads the sweep as ended (its thread is still alive as it says it)
+                self._running = False
                 if self.on_done is not None:
                     self.on_done()
 
+        self._running = True
         self._thread = threading.Thread(target=body, name="tracetui-sweep", daemon=True)
         self._thread.start()
 
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._running
 
     def rerun(self, run_id: str) -> bool:
         """Run the trial of ``run_id`` once more (False while the sweep runs, or for an

@@ -135,8 +135,8 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.xdist_group("scenarios"))
         elif _group(item) == QUIET:
             item.add_marker(pytest.mark.xdist_group("quiet"))
-        elif _shared_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(_shared_fixture(item)))
+        elif shared := _shared_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 def _shared_fixture(item) -> str | None:
@@ -149,6 +149,7 @@ def _shared_fixture(item) -> str | None:
     if session:
         return f"session-fixture:{session[0]}"
     return f"module-fixture:{item.module.__name__}" if any(d.scope == "module" for d in ours) else None
+
 
 #: a real headless sweep of the tiny preset on this 2-core CPU, recorded (the shape of
 #: :func:`tiny_sweep`: --splits 1x4,2x2,4x1 --steps 8 --warmup 2 --seq-len 64), for the replays
@@ -399,7 +400,7 @@ def cpu_data_base_gib() -> float:
     """What a trial holds before it builds anything, as ``--memory-limit`` counts it on the CPU
     (its data size, RLIMIT_DATA: the libraries' writable data, the data set library's memory
     arena), in GiB, read in a process forked from this process's fork server as trials are. It
-    is the build's, not the test's: torch's CUDA build holds about 0.55 GiB more than its CPU
+    is the build's, not the test's: torch's CUDA build holds about 0.53 GiB more than its CPU
     build, on a machine without a GPU too. The CPU tests of ``--memory-limit`` set theirs above
     it, so that they ask the same of every build."""
     from concurrent.futures import ProcessPoolExecutor

@@ -391,18 +391,18 @@ def read_csv(path):
         return list(csv.DictReader(fh))
 
 
-#: :func:`cpu_data_base_gib`, once read
+#: what a trial holds before it builds anything (:func:`cpu_memory_limit`), once read
 _DATA_BASE: dict = {}
 _DATA_BASE_LOCK = threading.Lock()
 
 
-def cpu_data_base_gib() -> float:
-    """What a trial holds before it builds anything, as ``--memory-limit`` counts it on the CPU
-    (its data size, RLIMIT_DATA: the libraries' writable data, the data set library's memory
-    arena), in GiB, read in a process forked from this process's fork server as trials are. It
-    is the build's, not the test's: torch's CUDA build holds about 0.53 GiB more than its CPU
-    build, on a machine without a GPU too. The CPU tests of ``--memory-limit`` set theirs above
-    it, so that they ask the same of every build."""
+def cpu_memory_limit(above_gib: float) -> float:
+    """A ``--memory-limit`` for a CPU test, ``above_gib`` GiB above what a trial holds before it
+    builds anything, as the limit counts it on the CPU (its data size, RLIMIT_DATA: the
+    libraries' writable data, the data set library's memory arena), read once in a process
+    forked from this process's fork server as trials are. That base is the build's, not the
+    test's: torch's CUDA build holds about 0.53 GiB more than its CPU build, on a machine
+    without a GPU too; above it, a test asks the same of every build."""
     from concurrent.futures import ProcessPoolExecutor
 
     from tracetui.probe.callback import data_peak_gib
@@ -412,7 +412,7 @@ def cpu_data_base_gib() -> float:
         if "gib" not in _DATA_BASE:
             with ProcessPoolExecutor(1, mp_context=trial_context()) as pool:
                 _DATA_BASE["gib"] = pool.submit(data_peak_gib).result()
-    return _DATA_BASE["gib"]
+    return round(_DATA_BASE["gib"] + above_gib, 2)
 
 
 # ---- real sweeps shared by the tests that read them (each runs once a session, when first asked) ----
@@ -456,7 +456,7 @@ def cpu_oom_sweep(tmp_path_factory):
     beside 16x1 (a head start)."""
     d = tmp_path_factory.mktemp("oom")
     out = d / "s.json"
-    limit = round(cpu_data_base_gib() + 1.19, 2)
+    limit = cpu_memory_limit(1.19)
     proc = run_main("--effective-batch", 16, "--splits", "16x1,1x16", "--steps", 3, "--warmup", 2, "--seq-len", 512,
                     "--memory-limit", limit, "--runs-dir", d / "runs", "--export", "json", "-o", out)
     return dict(proc=proc, out=out, runs=d / "runs")

@@ -17,7 +17,7 @@ from tracetui.attach import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
-from .conftest import (wait_until as _wait_for, CPU_TINY, ROOT, cpu_data_base_gib, kill_left, outcome, read_csv,
+from .conftest import (wait_until as _wait_for, CPU_TINY, ROOT, cpu_memory_limit, kill_left, outcome, read_csv,
                        run_cli, scenarios)
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
@@ -285,7 +285,7 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
 
 def _script_sweep_searching(folder: Path) -> dict:
     out = folder / "s.csv"
-    limit = round(cpu_data_base_gib() + 0.59, 2)  # (2 GiB with torch's CPU build)
+    limit = cpu_memory_limit(0.59)  # (2 GiB with torch's CPU build)
     proc = run_cli("sweep", "--search", "--memory-limit", limit, "--effective-batch", 8, "--export", "csv", "-o", out,
                    "--runs-dir", folder / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
                    "--max_length", 32, cwd=folder)

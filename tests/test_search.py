@@ -10,7 +10,7 @@ from tracetui.search import make_planner
 from tracetui.search import SearchPlanner, wants_search
 from tracetui.trial import Trial
 
-from .conftest import cpu_data_base_gib
+from .conftest import cpu_memory_limit
 
 
 def _grid(eb):
@@ -159,7 +159,7 @@ def test_default_is_search_above_a_handful_and_grid_forces():
 def _limit_above_a_trials_base() -> float:
     """The CPU searches' --memory-limit: 1.04 GiB above what a trial holds before it builds
     anything (2.45 GiB with torch's CPU build)."""
-    return round(cpu_data_base_gib() + 1.04, 2)
+    return cpu_memory_limit(1.04)
 
 
 @pytest.mark.slow

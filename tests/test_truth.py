@@ -394,7 +394,9 @@ def test_the_sweeps_own_processes_are_not_other_load():
         child.wait()
     mine = quiet.between(a, b)
     assert mine["own_cpu_cores"] * mine["seconds"] >= (c1 - c0) - 0.05  # the spinning child is this tree's own
-    assert mine["other_cpu_cores"] < mine["own_cpu_cores"] + 1.5  # and not also as other's
+    # and not also as other's: other load is the machine's busy time less the child's, whatever
+    # else the machine runs meanwhile (clock ticks of 1/100 s on both sides)
+    assert mine["other_cpu_cores"] * mine["seconds"] <= (b["busy"] - a["busy"]) - (c1 - c0) + 0.05
 
 
 def test_quiet_values_from_a_log_that_are_not_numbers_do_not_crash():

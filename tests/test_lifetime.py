@@ -511,7 +511,7 @@ def test_watch_export_stops_and_writes_on_an_ssh_drop(tmp_path):
 
 
 def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_signals_status(tmp_path):
-    """The last resort (tracetui.tui.app._end_if_stuck), run for real in a process of its own: a
+    """The last resort (tracetui.tui.launchers.end_if_stuck), run for real in a process of its own: a
     monitor of a live sweep that never closed gets its summary written from its events, one
     line, and the exit status 128 + the signal."""
     import textwrap
@@ -519,7 +519,8 @@ def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_sig
     code = textwrap.dedent(f"""
         import threading
         from tracetui.events import make
-        from tracetui.tui.app import TraceApp, _end_if_stuck
+        from tracetui.tui.app import TraceApp
+        from tracetui.tui.launchers import end_if_stuck
         from tracetui.tui.sources import ReplaySource
 
         class Live(ReplaySource):
@@ -530,7 +531,7 @@ def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_sig
         app = TraceApp(Live(events), out_path={str(tmp_path / 'out.csv')!r})
         app.apply_events()
         signals = type("S", (), {{"signum": 1}})()
-        _end_if_stuck(lambda: app, threading.Event(), signals)
+        end_if_stuck(lambda: app, threading.Event(), signals)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 129, proc.stderr
@@ -539,7 +540,7 @@ def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_sig
             f" (where it stood: {stuck})") in proc.stderr
     assert (tmp_path / "out.csv").read_text().startswith("machine,")
     # every thread's stack, the one that called the last resort among them
-    assert "_end_if_stuck" in stuck.read_text() and "Current thread" in stuck.read_text()
+    assert "end_if_stuck" in stuck.read_text() and "Current thread" in stuck.read_text()
 
 
 @pytest.mark.slow
@@ -550,8 +551,9 @@ def test_the_last_resort_exits_even_when_writing_the_summary_blocks(tmp_path):
 
     code = textwrap.dedent(f"""
         import threading
-        import tracetui.tui.app as tapp
-        from tracetui.tui.app import TraceApp, _end_if_stuck
+        import tracetui.tui.launchers as tapp
+        from tracetui.tui.app import TraceApp
+        from tracetui.tui.launchers import end_if_stuck
         from tracetui.tui.sources import ReplaySource
 
         class Live(ReplaySource):
@@ -560,12 +562,12 @@ def test_the_last_resort_exits_even_when_writing_the_summary_blocks(tmp_path):
         tapp.STUCK_WRITE_S = 2.0
         app = TraceApp(Live([]), out_path={str(tmp_path / 'out.csv')!r})
         app.write_outputs = lambda final=False: threading.Event().wait()  # blocks for good, as on a held lock
-        _end_if_stuck(lambda: app, threading.Event(), type("S", (), {{"signum": 15}})())
+        end_if_stuck(lambda: app, threading.Event(), type("S", (), {{"signum": 15}})())
     """)
     # (a last resort that waited on the blocked writing would never exit: the run's timeout)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 143, proc.stderr
-    assert "_end_if_stuck" in (tmp_path / "out.csv.stuck.txt").read_text()
+    assert "end_if_stuck" in (tmp_path / "out.csv.stuck.txt").read_text()
     assert not (tmp_path / "out.csv").exists()
 
 
@@ -623,13 +625,13 @@ def test_a_hung_up_terminal_is_read_as_such():
 
     import rich.traceback
 
-    from tracetui.tui.app import _hung_up, _terminal_hung_up
+    from tracetui.tui.terminal import hung_up, terminal_hung_up
 
     main, sub = pty.openpty()
     try:
-        assert not _hung_up(sub) and not _hung_up(None)
+        assert not hung_up(sub) and not hung_up(None)
         os.close(main)
-        assert _hung_up(sub)
+        assert hung_up(sub)
     finally:
         os.close(sub)
 
@@ -651,9 +653,9 @@ def test_a_hung_up_terminal_is_read_as_such():
     def ebadf():
         raise OSError(errno.EBADF, os.strerror(errno.EBADF))
 
-    assert _terminal_hung_up([panic_of(eio)])
-    assert not _terminal_hung_up([panic_of(key_error_while_handling_eio)])
-    assert not _terminal_hung_up([panic_of(ebadf), "text"])
+    assert terminal_hung_up([panic_of(eio)])
+    assert not terminal_hung_up([panic_of(key_error_while_handling_eio)])
+    assert not terminal_hung_up([panic_of(ebadf), "text"])
 
 
 scenarios(__name__, {

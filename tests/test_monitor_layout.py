@@ -19,7 +19,8 @@ from tracetui.session import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, exit_status
 from tracetui.events import make, parse_line
 from tracetui.store import read_events
 from tracetui.trial import Trial
-from tracetui.tui.app import HelpScreen, TraceApp, monitor_exit, watch_idle
+from tracetui.tui.app import HelpScreen, TraceApp
+from tracetui.tui.launchers import monitor_exit, watch_idle
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import (BOUNDS, MORE, DetailPane, Failures, GpuStatus, RunList, StatusLine, SummaryTable,
                                   Timeline, draw_bar, phase_bars, pick_columns, step_segments)

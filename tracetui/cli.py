@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep = DdpSweep(cfg, splits)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
-    from .tui.app import run_app
+    from .tui.launchers import run_app
 
     return run_app(cfg, splits, ns, sweep=sweep, checks_deferred=getattr(ns, "checks_deferred", False))
 

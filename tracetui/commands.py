@@ -71,7 +71,7 @@ def show_main(argv: list[str]) -> int:
         say("tracetui: error: no valid events in " + ", ".join(ns.files))
         return EXIT_NONE_OK
     if not ns.export:
-        from .tui.app import run_replay
+        from .tui.launchers import run_replay
 
         return run_replay(report.events, ns, outputs, skipped=report.summary())
     return write_and_report(results, outputs, None)
@@ -98,7 +98,7 @@ def watch_main(argv: list[str]) -> int:
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
     outputs = Outputs.from_args(ns, log.path)
     if not ns.export:
-        from .tui.app import run_watch
+        from .tui.launchers import run_watch
 
         return run_watch(path, log, outputs)
     results = Results()
@@ -212,11 +212,9 @@ def run_main(argv: list[str]) -> int:
         raise UsageError(f"--runs-dir: cannot write {ns.runs_dir} ({exc.strerror}); choose a writable folder") from None
     outputs = Outputs.from_args(ns, run.log.path)
     if not ns.export:
-        from .tui.app import run_command_app
+        from .tui.launchers import run_command_app
 
         return run_command_app(run, outputs)
-    from .tui.app import command_status
-
     results = Results()
     printer = progress_printer(0, 0)
 
@@ -240,7 +238,7 @@ def run_main(argv: list[str]) -> int:
         status = write_and_report(results, outputs, str(run.log.path), run.log)
         if signals.signum:
             return 128 + signals.signum
-        return command_status(run, status)
+        return run.exit_status(status)
     finally:
         signals.release()
 
@@ -265,6 +263,6 @@ def sweep_main(argv: list[str]) -> int:
     sweep = ScriptSweep(cfg, splits, cmd, fresh=ns.fresh)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
-    from .tui.app import run_app
+    from .tui.launchers import run_app
 
     return run_app(cfg, splits, ns, sweep=sweep)

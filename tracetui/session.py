@@ -1,7 +1,7 @@
 """What the entry points share, below them: exit codes, one-line errors, signals that stop a
 sweep, output paths and their locks, loading and checking the config, headless runs and their
 progress, writing the outputs and the exit status. The entry points (:mod:`tracetui.cli`,
-:mod:`tracetui.commands`) parse and dispatch; the monitor (:mod:`tracetui.tui.app`) and they
+:mod:`tracetui.commands`) parse and dispatch; the monitor (:mod:`tracetui.tui.launchers`) and they
 call this; nothing here imports them.
 """
 

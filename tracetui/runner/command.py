@@ -97,6 +97,14 @@ class CommandRun:
         self.log.close()
         shutil.rmtree(self._sockdir, ignore_errors=True)
 
+    def exit_status(self, status: int) -> int:
+        """``tracetui run``'s exit status: the command's own when it failed (not stopped by
+        tracetui), else ``status`` (the outputs')."""
+        rc = self.returncode
+        if status == 0 and rc and not self.stopped:
+            return rc if rc > 0 else 128 - rc
+        return status
+
     def ended_line(self) -> str:
         """How the command ended, in words."""
         rc = self.returncode

@@ -10,9 +10,6 @@ back.
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,15 +23,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ..analysis import BOUNDS, Results, time_line, time_spent
-from ..attach import ListenerError, default_socket_path, prepare_socket_path
 from ..outputs import Outputs, output_format
 from ..probe.settings import describe
-from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
-from ..session import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_status, fail_line, no_split_finished, report,
-                       say)
 from ..text import clean, safe_text
 from ..trial import Trial, format_value as fmt_value
-from .sources import CommandSource, Inbox, PreparingSource, ReplaySource, Source, SweepSource, WatchSource
+from .sources import Inbox, Source
+from .terminal import hung_up, terminal_fd, terminal_hung_up
 from .widgets import (DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
                       Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
                       phase_legend, row_of, run_name)
@@ -181,11 +175,11 @@ class TraceApp(App):
         self.stages: dict[str, Stage] = {}
         #: every notice shown on the status line, oldest first
         self.notices: list[tuple[str, str]] = []
-        #: a stop signal (SIGTERM, SIGHUP, SIGINT) caught by :func:`run_app`; the timer acts on it
+        #: a stop signal (SIGTERM, SIGHUP, SIGINT) caught by :func:`~tracetui.tui.launchers.run_app`; the timer acts on it
         self.signalled: int | None = None
         self._terminal: int | None = None  # (set on mount: the terminal, where there is one)
         #: called with the signal when the monitor itself finds a reason to stop (a hung-up
-        #: terminal), as a caught signal would be: :func:`run_app` sets it
+        #: terminal), as a caught signal would be: :func:`~tracetui.tui.launchers.run_app` sets it
         self.stop_requested = None
 
     def format_title(self, title: str, sub_title: str):
@@ -225,7 +219,7 @@ class TraceApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._terminal = _terminal_fd(self.is_headless)
+        self._terminal = terminal_fd(self.is_headless)
         self.query_one(Failures).display = False
         self.source.on_done = lambda: self.post_message(SourceDone())
         self.source.start(self.inbox)
@@ -343,7 +337,7 @@ class TraceApp(App):
                 self.say(f"time: {line}")
 
     def _tick(self) -> None:
-        if not self.signalled and _hung_up(self._terminal):
+        if not self.signalled and hung_up(self._terminal):
             # A hung-up terminal reads as empty for ever (Textual's input thread then spins,
             # noticing nothing), and its SIGHUP may not come (blocked, or handled late): the
             # hang-up is read here, as the SIGHUP would say it
@@ -582,14 +576,14 @@ class TraceApp(App):
         terminal that hung up (an SSH drop) fails every read with EIO, often before the shell's
         SIGHUP is handled: that is the hang-up itself, and quits as it does (workers stopped,
         what was measured written, exit 129), not as a crash that writes nothing."""
-        if _terminal_hung_up(renderables):
+        if terminal_hung_up(renderables):
             self._hang_up()
             self.quit_on_signal(self.signalled)
             return
         super().panic(*renderables)
 
     def _hang_up(self) -> None:
-        """The terminal hung up: stop as on a SIGHUP (through :func:`run_app`, which also arms
+        """The terminal hung up: stop as on a SIGHUP (through :func:`~tracetui.tui.launchers.run_app`, which also arms
         its last resort), quitting on the next tick."""
         import signal
 
@@ -635,104 +629,6 @@ class TraceApp(App):
     write_failed = False
 
 
-def no_terminal() -> str | None:
-    """Why the monitor cannot open here (None: it can). Without a terminal Textual would draw
-    into a pipe and wait for keys that never come."""
-    if sys.stdin.isatty() and sys.stdout.isatty():
-        return None
-    return ("the live monitor needs a terminal, and stdin or stdout is not one; "
-            "add --export csv (or json) to run without it")
-
-
-def _refuse(why: str) -> int:
-    return fail_line(why)
-
-
-def _terminal_fd(headless: bool) -> int | None:
-    """The terminal the monitor reads its keys from (None when headless or not a terminal)."""
-    if headless:
-        return None
-    try:
-        fd = sys.__stdin__.fileno()
-        return fd if os.isatty(fd) else None
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _hung_up(fd: int | None) -> bool:
-    """Whether the terminal on ``fd`` hung up (an SSH drop): asking for its settings fails with
-    EIO from then on."""
-    if fd is None:
-        return False
-    import errno
-    import termios
-
-    try:
-        termios.tcgetattr(fd)
-    except termios.error as exc:
-        return bool(exc.args) and exc.args[0] == errno.EIO
-    except (OSError, ValueError):
-        return False
-    return False
-
-
-def _terminal_hung_up(renderables) -> bool:
-    """Whether a panic's traceback is a read of a terminal that hung up (``OSError`` EIO)."""
-    import errno
-
-    for r in renderables:
-        stacks = getattr(getattr(r, "trace", None), "stacks", None) or ()
-        # the exception raised (first), not one it was raised while handling
-        if stacks and stacks[0].exc_type == "OSError" and str(stacks[0].exc_value).startswith(f"[Errno {errno.EIO}]"):
-            return True
-    return False
-
-
-class _TerminalOut:
-    """The monitor's output (Textual draws to ``sys.__stderr__``): the terminal, until it hangs up
-    (an SSH drop). From then on every write fails with EIO, which would end Textual's writer
-    thread and leave its shutdown waiting on it for ever, CSV unwritten; they are dropped instead."""
-
-    def __init__(self, file) -> None:
-        self._file = file
-        self.gone = False
-
-    def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                return self._file.write(text)
-            except (OSError, ValueError):
-                self.gone = True
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._file.flush()
-            except (OSError, ValueError):
-                self.gone = True
-
-    def __getattr__(self, name: str):
-        return getattr(self._file, name)
-
-
-def _run_on_terminal(app: TraceApp) -> None:
-    """Run ``app``, its output proof against a terminal that hangs up (:class:`_TerminalOut`)."""
-    terminal, sys.__stderr__ = sys.__stderr__, _TerminalOut(sys.__stderr__)
-    try:
-        app.run()
-    finally:
-        sys.__stderr__ = terminal
-    if app._exception is not None:  # it crashed (its traceback is out): nothing written at its end, never exit 0
-        app.write_failed = True
-
-
-def _quit_on_signals(app: TraceApp):
-    """SIGTERM, SIGHUP or SIGINT make ``app`` quit as ``q`` does (see :func:`run_app`)."""
-    signals = StopSignals(stop=lambda: setattr(app, "signalled", signals.signum))
-    return signals
-
-
 def sweep_subtitle(sweep, cfg=None) -> str:
     """The monitor's header for a live sweep: what it trains, and how its runs share the device
     (``sweep`` None: not built yet, from its ``cfg``)."""
@@ -746,260 +642,3 @@ def sweep_subtitle(sweep, cfg=None) -> str:
     if getattr(sweep, "fork", None) is not None:
         subtitle += " · forked starts"
     return subtitle
-
-
-def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
-    """Open the monitor on a new sweep; after it closes, say where everything is.
-
-    ``checks_deferred``: the checks of the model, the data and the device are still to run
-    (:func:`tracetui.session.load_config`'s ``defer``): the monitor opens at once and says it
-    waits on them; the sweep is built once they pass (a failing one closes the monitor with
-    its one line and exit status 2).
-
-    SIGTERM, SIGHUP (the SSH session dropped) and SIGINT stop the workers at once and make the
-    monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
-    status is 128 + the signal. Signals that come later change nothing (see
-    :class:`~tracetui.cli.StopSignals`)."""
-    why = no_terminal()
-    if why:
-        if sweep is not None:
-            sweep.close()
-        return _refuse(why)
-    app: TraceApp | None = None
-    source: SweepSource | None = None
-    closed = threading.Event()
-    watchdog: list[threading.Timer] = []
-
-    def stop(signum: int | None = None) -> None:
-        if app is not None:  # its timer quits, on the app's own thread
-            app.signalled = signals.signum or signum or app.signalled
-        if source is not None:
-            source.stop()
-        if not watchdog:
-            watchdog.append(threading.Timer(STOP_GRACE_S, _end_if_stuck, (lambda: app, closed, signals)))
-            watchdog[0].daemon = True
-            watchdog[0].start()
-
-    signals = StopSignals(stop=stop)
-    try:
-        if sweep is None and checks_deferred:
-            sid = new_sweep_id()
-            ensure_resource_tracker()  # now, while sys.stderr is the real one (see Sweep)
-
-            def build():
-                deferred_checks(cfg)
-                return Sweep(cfg, splits, sweep_id=sid)
-
-            source = PreparingSource(build, on_ready=lambda built: app.call_from_thread(app.sweep_ready, built))
-            events, planned, subtitle = Path(cfg.runs_dir) / sid / "events.jsonl", [], sweep_subtitle(None, cfg)
-            idle = (f"checking {cfg.model}, {cfg.dataset} and the device; the first run needs torch, transformers "
-                    "and TRL imported (seconds, the first time on a machine longer) ...")
-        else:
-            if sweep is None:
-                sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
-            source = SweepSource(sweep)
-            events, subtitle, idle = sweep.log.path, sweep_subtitle(sweep), ""
-            planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
-        if signals.signum:
-            source.stop()
-        outputs = Outputs.from_args(ns, events, cfg=cfg, cmd=getattr(sweep, "user_command", None))
-        app = TraceApp(source, planned=planned, subtitle=subtitle, outputs=outputs, idle=idle)
-        app.signalled = signals.signum
-        app.stop_requested = stop
-        started = time.monotonic()
-        _run_on_terminal(app)
-        closed.set()
-        sweep = source.sweep
-        if sweep is None:  # the checks refused the settings, or the monitor closed before they ended
-            error = getattr(source, "error", None)
-            if error:
-                return fail_line(error)
-            return fail_line("interrupted before any run started", 128 + (signals.signum or 2)
-                             if signals.signum else EXIT_INTERRUPTED)
-        sweep.close()
-        return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signals.signum, started)
-    finally:
-        signals.release()
-        signals.wait_stopped()  # (a stop that came at the very end has started its watchdog by now)
-        for timer in watchdog:
-            timer.cancel()  # closed in time
-
-
-#: seconds a stop signal may take to close the monitor (it stops the workers: SIGTERM, SIGKILL
-#: after 10 s) before what was measured is written from here and tracetui exits
-STOP_GRACE_S = 45.0
-
-
-def _end_if_stuck(get_app, closed: threading.Event, signals) -> None:
-    """The last resort after a stop signal (SIGTERM, a hang-up): the monitor has not closed
-    within :data:`STOP_GRACE_S` (a hang-up once outlasted 60 s in a few of some hundred runs of
-    the tests: a signal handler that deadlocked, see :class:`~tracetui.session.StopSignals`;
-    this stays as the guard for whatever else might). What was measured is written (the monitor's CSV from its events;
-    every step is in the event log anyway), one line says so, and tracetui exits with the
-    signal's status; its trials die with it (their parent-death signal).
-
-    Where every thread of tracetui stood is written beside the summary (``*.stuck.txt``), so that
-    the hang can be found; and if writing blocks too (a lock the stuck thread holds), tracetui
-    still exits :data:`STUCK_WRITE_S` later."""
-    app = get_app()
-    if closed.is_set():
-        return  # closed after all (its timer was to be cancelled)
-    status = 128 + (signals.signum or getattr(app, "signalled", None) or 15)
-    backstop = threading.Timer(STUCK_WRITE_S, os._exit, (status,))
-    backstop.daemon = True
-    backstop.start()
-    if not closed.is_set() and app is not None and app.source.live:
-        stacks = _dump_stacks(Path(str(app.out_path) + ".stuck.txt"))
-        try:
-            app.apply_events()
-            err = app.write_outputs(final=True)
-            sys.__stderr__.write(clean(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
-                                       f"{err or f'summary in {app.out_path}'}{stacks}") + "\n")
-        except Exception as exc:  # noqa: BLE001 - exiting is what matters now; the events are on disk
-            sys.__stderr__.write(clean(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}") + "\n")
-    try:
-        sys.__stderr__.flush()
-    except (OSError, ValueError):
-        pass
-    os._exit(status)
-
-
-#: seconds the last resort may spend writing before tracetui exits regardless
-STUCK_WRITE_S = 10.0
-
-
-def _dump_stacks(path: Path) -> str:
-    """Every thread's stack into ``path``; the words that say where ("" if it cannot be written)."""
-    import faulthandler
-
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("tracetui: where each thread stood when the monitor had not closed after a stop signal\n")
-            fh.flush()
-            faulthandler.dump_traceback(file=fh, all_threads=True)
-    except (OSError, ValueError, RuntimeError):
-        return ""
-    return f" (where it stood: {path})"
-
-
-def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: int | None = None,
-                 started: float | None = None) -> int:
-    """Say where everything is once the monitor of a sweep has closed, and its exit status: the
-    same as headless for the same outcome (:func:`tracetui.cli.exit_status`)."""
-    import signal as _signal
-
-    if signum and not app.quit_reason:  # came as the app was closing
-        app.quit_reason = f"interrupted by {_signal.Signals(signum).name}"
-        app.exit_code = 128 + signum
-    took = f" ({time.monotonic() - started:.0f} s)" if started is not None else ""
-    if app.quit_reason:
-        done = [r.get("trial") or r["split"] for r in app.rows if r["status"] == "ok"]
-        say(f"tracetui: {app.quit_reason}: finished splits: {', '.join(done) or 'none'}; "
-            f"every measured step is in {log.path}")
-    else:
-        say(f"tracetui: events in {log.path}{took}")
-    if app.written is not None:
-        report(app.written)
-    if log.incomplete:
-        say(f"tracetui: error: {log.incomplete_message()}")
-    interrupted = app.exit_code > 128
-    if same_failure and not signum:
-        say(f"tracetui: error: every run fails the same way before its first step: {same_failure}")
-    elif not interrupted and not any(r["status"] == "ok" for r in app.rows):
-        say(f"tracetui: error: {no_split_finished(app.results)}")
-    return exit_status(app.rows, signum=signum or (app.exit_code - 128 if interrupted else None),
-                       incomplete=log.incomplete, write_error=app.write_failed, same_failure=same_failure)
-
-
-def run_replay(events: list[dict], ns, outputs: Outputs, skipped: str = "") -> int:
-    """Open the monitor on saved events (``tracetui show``); as it closes, write what was asked
-    for (``-o``, ``--steps-csv``) and say the answer."""
-    why = no_terminal()
-    if why:
-        return _refuse(why)
-    app = TraceApp(ReplaySource(events), subtitle="replay of " + ", ".join(Path(f).name for f in ns.files[:3]),
-                   note=skipped, outputs=outputs)
-    signals = _quit_on_signals(app)
-    try:
-        _run_on_terminal(app)
-    finally:
-        signals.release()
-    if app.written is not None:
-        report(app.written)
-    else:  # nothing was asked to be written: the answer all the same
-        for line in outputs.answer(app.rows).lines():
-            say(f"tracetui: {line}")
-    return exit_status(app.rows, signum=signals.signum, write_error=app.write_failed, need_ok=False)
-
-
-def run_watch(path: str, log, outputs: Outputs) -> int:
-    """Open the monitor on scripts attaching to ``path``; on quit (or SIGTERM, SIGHUP, SIGINT),
-    write the CSV."""
-    why = no_terminal()
-    try:
-        if not why:
-            prepare_socket_path(path)  # refuse a live watcher before the screen opens
-    except ListenerError as exc:
-        why = str(exc)
-    if why:
-        log.discard_if_empty()
-        return _refuse(why)
-    source = WatchSource(path, log)
-    app = TraceApp(source, subtitle=f"watching {path}", outputs=outputs, idle=watch_idle(path))
-    signals = _quit_on_signals(app)
-    try:
-        _run_on_terminal(app)
-        log.close()
-        err = app.write_outputs(final=True)
-        say(f"tracetui: events in {log.path}")
-        report(app.written)
-        if log.incomplete:
-            say(f"tracetui: error: {log.incomplete_message()}")
-        # as `watch --export`: a watch has no split to finish, so no run is no failure
-        return exit_status(app.rows, signum=signals.signum, incomplete=log.incomplete, write_error=bool(err),
-                           need_ok=False)
-    finally:
-        signals.release()
-
-
-def run_command_app(run, outputs: Outputs) -> int:
-    """Open the monitor on one unmodified command (``tracetui run``); as it closes, stop the
-    command if it still runs, write the outputs and say the answer. The exit status is the
-    command's when it failed, else the outputs' (as a watch's)."""
-    import shlex
-
-    why = no_terminal()
-    if why:
-        run.close()
-        return _refuse(why)
-    line = shlex.join(run.cmd)
-    app = TraceApp(CommandSource(run), subtitle=f"run {line[:80]}", outputs=outputs,
-                   idle=f"running {line[:120]}: waiting for its Trainer's first step (its output: {run.output_path})")
-    signals = _quit_on_signals(app)
-    try:
-        _run_on_terminal(app)
-    finally:
-        signals.release()
-        run.stop()
-        run.close()
-    say(f"tracetui: {run.ended_line()}; events in {run.log.path}")
-    if app.written is not None:
-        report(app.written)
-    return command_status(run, exit_status(app.rows, signum=signals.signum, incomplete=run.log.incomplete,
-                                            write_error=app.write_failed, need_ok=False))
-
-
-def command_status(run, status: int) -> int:
-    """``tracetui run``'s exit status: the command's own when it failed (not stopped by us), else ``status``."""
-    rc = run.returncode
-    if status == 0 and rc and not run.stopped:
-        return rc if rc > 0 else 128 - rc
-    return status
-
-
-def watch_idle(path: str) -> str:
-    """What the idle watch screen says: how to connect a training script to it."""
-    how = "" if path in (default_socket_path(), os.environ.get("TRACETUI_SOCKET")) else f" (set TRACETUI_SOCKET={path} in its environment)"
-    return (f"waiting for a training script on {path}{how}. In the script: "
-            "from tracetui import TraceCallback; trainer.add_callback(TraceCallback()), then run it; "
-            "or: python examples/train_lora.py")

@@ -329,10 +329,11 @@ def test_any_setting_value_is_accepted_or_one_config_error(values):
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(sorted(__import__("tracetui.config", fromlist=["ENVIRONMENT"]).ENVIRONMENT)),
+@given(name=st.sampled_from(sorted(__import__("tracetui.envvars", fromlist=["ENVIRONMENT"]).ENVIRONMENT)),
        value=st.one_of(HOSTILE, st.integers().map(str), st.floats().map(str), st.text(max_size=300)))
 def test_any_environment_value_is_accepted_or_one_config_error(name, value):
-    from tracetui.config import ConfigError, check_environment
+    from tracetui.config import ConfigError
+    from tracetui.envvars import check_environment
 
     assume("\x00" not in value)  # (no environment holds one)
     try:
@@ -342,12 +343,34 @@ def test_any_environment_value_is_accepted_or_one_config_error(name, value):
 
 
 def test_every_tracetui_variable_read_is_declared():
-    from tracetui.config import ENVIRONMENT
+    from tracetui.envvars import ENVIRONMENT
 
     read = set()
     for path in (ROOT / "tracetui").rglob("*.py"):
         read |= set(re.findall(r"(?<![A-Za-z_])TRACETUI_[A-Z_]+", path.read_text()))
-    assert read - set(ENVIRONMENT) == set(), "declare these in tracetui.config.ENVIRONMENT"
+    assert read - set(ENVIRONMENT) == set(), "declare these in tracetui.envvars.ENVIRONMENT"
+
+
+def test_the_environment_protocol_is_named_in_one_module():
+    """A variable's name is written in tracetui/envvars.py only: everywhere else the code sets
+    and reads it through that module's names (docstrings may speak of it). The probe's
+    sitecustomize, which runs before any of tracetui is imported, is the one exception."""
+    import ast
+
+    named = []
+    for path in (ROOT / "tracetui").rglob("*.py"):
+        if path.name in ("envvars.py", "sitecustomize.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            text = (node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                    else node.arg if isinstance(node, ast.keyword) and node.arg else "")
+            if re.search(r"(?<![A-Za-z_])TRACETUI_[A-Z]", text):
+                named.append(f"{path.relative_to(ROOT)}:{node.lineno if hasattr(node, 'lineno') else '?'}: {text[:60]!r}")
+    assert not named, "name these through tracetui.envvars:\n" + "\n".join(named)
 
 
 @settings(max_examples=150, deadline=None)

@@ -58,7 +58,7 @@ def test_no_import_circle():
 #: entry points, the monitor, and the entry points. A module may import its own layer and the
 #: layers below it, never one above (at its top or inside a function).
 LAYERS = (
-    ("domain", ("trial", "knobs", "presets", "phases", "config", "clock", "columns", "busy", "text", "paths", "flops",
+    ("domain", ("trial", "knobs", "presets", "phases", "config", "envvars", "clock", "columns", "busy", "text", "paths", "flops",
                 "bounded")),
     ("events", ("events", "store")),
     ("analysis", ("analysis",)),

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from . import envvars
 from .events import RUN_FINISHED, RUN_STAGE, RUN_STARTED, dumps, make, parse_line
 from .knobs import SHORT
 from .trial import Trial
@@ -80,7 +81,7 @@ def default_socket_path() -> str:
     """``TRACETUI_SOCKET``, else ``watch.sock`` in :func:`default_socket_dir`. That folder is
     made 0700 by the listener, and refused by both ends when someone else could write to it
     (:func:`unsafe_folder`): only this user can reach the socket."""
-    env = _env("TRACETUI_SOCKET")
+    env = _env(envvars.SOCKET)
     if env:
         return env
     return str(default_socket_dir() / "watch.sock")
@@ -132,14 +133,12 @@ def _unsent(sock: socket.socket) -> int | None:
 
 
 def _env(name: str, default=None):
-    """A ``TRACETUI_*`` variable checked by its declaration (:func:`tracetui.config.env_value`).
+    """A ``TRACETUI_*`` variable checked by its declaration (:func:`tracetui.envvars.env_value`).
     In the training script's process a bad one is said once and left out, never raised into
     its training."""
-    from .config import ConfigError, env_value
-
     try:
-        value = env_value(name)
-    except ConfigError as exc:
+        value = envvars.env_value(name)
+    except envvars.ConfigError as exc:
         if name not in _said_env:
             _said_env.add(name)
             _say(f"tracetui: {exc} (ignored)")
@@ -210,7 +209,7 @@ class SocketSink:
             bad = unsafe_folder(folder) if folder.exists() or folder.is_symlink() else None
             if bad:
                 return (f"the socket folder {folder} {bad}, so the socket there is not trusted "
-                        f"(remove the folder, or set TRACETUI_SOCKET)")
+                        f"(remove the folder, or set {envvars.SOCKET})")
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(HELLO_TIMEOUT_S)
@@ -328,8 +327,8 @@ class SocketSink:
 def _run_id() -> str:
     """One id for all ranks of a run: torchrun's ranks share their agent (the parent)."""
     host = socket.gethostname()
-    if _env("TRACETUI_RUN_ID"):
-        return _env("TRACETUI_RUN_ID")
+    if _env(envvars.RUN_ID):
+        return _env(envvars.RUN_ID)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return f"{host}-{os.environ.get('MASTER_PORT', '')}-{os.getppid()}"
     return f"{host}-{os.getpid()}-{time.strftime('%H%M%S')}"
@@ -367,7 +366,7 @@ def _make_trace_callback():
                      warmup: int | None = None, run_id: str | None = None, gpu_samples: bool = True,
                      quiet: bool = False, config: dict | None = None):
             self.run_id_base = run_id or _run_id()
-            warm = _env("TRACETUI_WARMUP", 3) if warmup is None else warmup
+            warm = _env(envvars.WARMUP, 3) if warmup is None else warmup
             super().__init__(self._emit, self.run_id_base, warmup=warm, stop_after=_stop_rule_from_env())
             self.announce_settings = False  # sent after run_started, below
             self.socket_path = socket_path or default_socket_path()
@@ -409,11 +408,11 @@ def _make_trace_callback():
         # -- callback events, each guarded ------------------------------------------------------
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             global _sweep_run_measured
-            if os.environ.get("TRACETUI_RUN_ID") and _sweep_run_measured:
+            if os.environ.get(envvars.RUN_ID) and _sweep_run_measured:
                 self._guard(self._skip_later_training, args, control)
                 return
             self._guard(self._begin, args, state, control, model, kwargs.get("optimizer"))
-            if os.environ.get("TRACETUI_RUN_ID") and not self.failed:
+            if os.environ.get(envvars.RUN_ID) and not self.failed:
                 _sweep_run_measured = True
 
         def _skip_later_training(self, args, control) -> None:
@@ -481,7 +480,7 @@ def _make_trace_callback():
             (to the script's first line), the script's own imports, model and data (to its
             Trainer), the trainer's set-up (to training). From the time the sweep started the
             process and the marks tracetui's sitecustomize made in it; nothing outside a sweep."""
-            started = _env("TRACETUI_STARTED_AT")
+            started = _env(envvars.STARTED_AT)
             marks = getattr(sys.modules.get("sitecustomize"), "_TRACETUI_MARKS", None)
             if not started or not isinstance(marks, dict):
                 return
@@ -529,13 +528,9 @@ def _make_trace_callback():
     return TraceCallback
 
 
-#: the varied settings of the trial a ``tracetui sweep`` runs this script as (JSON object)
-VARIED_ENV = "TRACETUI_VARIED"
-
-
 def _varied_from_sweep() -> dict:
     """The trial's varied settings, as ``tracetui sweep`` set them on the script's command line."""
-    varied = _env(VARIED_ENV, {})
+    varied = _env(envvars.VARIED, {})
     return {str(k): v for k, v in varied.items() if isinstance(v, (str, int, float, bool))} if isinstance(varied, dict) else {}
 
 
@@ -543,17 +538,17 @@ def _stop_rule_from_env():
     """``tracetui sweep --until-confident``: the stopping rule the sweep hands the script's
     process (``TRACETUI_UNTIL_CONFIDENT=PCT:MIN_STEPS``, ``TRACETUI_REFERENCES``: the earlier
     splits' intervals as JSON)."""
-    rule = _env("TRACETUI_UNTIL_CONFIDENT")
+    rule = _env(envvars.UNTIL_CONFIDENT)
     if not rule:
         return None
     from .analysis import StopRule
 
-    refs = _env("TRACETUI_REFERENCES", [])
+    refs = _env(envvars.REFERENCES, [])
     try:  # [low, high], or [low, high, steps] where the reference's steps carry row fingerprints
         refs = [(float(r[0]), float(r[1]), [tuple(k) for k in r[2]]) if len(r) == 3 else (float(r[0]), float(r[1]))
                 for r in refs if len(r) in (2, 3)] if isinstance(refs, list) else []
     except (TypeError, ValueError, IndexError):
-        _say("tracetui: TRACETUI_REFERENCES is not a list of [low, high(, steps)] intervals; it is ignored")
+        _say(f"tracetui: {envvars.REFERENCES} is not a list of [low, high(, steps)] intervals; it is ignored")
         refs = []
     return StopRule(rule[0], rule[1], refs)
 

@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from . import __version__, clock, commands
-from .config import ConfigError, add_arguments, check_environment
+from .config import ConfigError, add_arguments
+from .envvars import check_environment
 from .plan import dry_run_lines
 from .runner.lifetime import stop_server
 from .runner.script import DdpSweep

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import envvars
 from .analysis import Results
 from .attach import ListenerError, SocketListener, default_socket_path
 from .config import ConfigError, add_arguments, check_runs_dir, whole_number
@@ -81,7 +82,7 @@ def _watch_parser() -> Parser:
     p = Parser(prog="tracetui watch", description=(
         "Listen for training scripts that use TraceCallback and show them live (several at once are "
         "kept apart by run id). With --export, run headless until Ctrl-C, then write the summary."))
-    p.add_argument("--socket", default=None, help="UNIX socket path (default $TRACETUI_SOCKET or a per-user runtime folder)")
+    p.add_argument("--socket", default=None, help=f"UNIX socket path (default ${envvars.SOCKET} or a per-user runtime folder)")
     p.add_argument("--runs-dir", default="tracetui_runs", help="where the received events are logged")
     add_output_args(p, answer=True)
     return p

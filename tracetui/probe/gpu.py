@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from .. import envvars
 from ..events import NOTICE, GpuSample, make
 from .quiet import measuring_root
 
@@ -97,7 +98,7 @@ def other_processes(nvml: Any, handle: Any) -> tuple[int, float | None]:
         mem = sum((p.usedGpuMemory or 0) for p in others) / 2**30
         return len(others), mem
     # this process is one of them, and so may be the next run, built early beside it (a head start)
-    siblings = 1 if os.environ.get("TRACETUI_HEAD_STARTS") else 0
+    siblings = 1 if os.environ.get(envvars.HEAD_STARTS) else 0
     return max(0, len(procs) - 1 - siblings), None
 
 

@@ -15,6 +15,8 @@ import resource
 import time
 from typing import Any
 
+from .. import envvars
+
 
 def _proc_stat() -> tuple[float, float] | None:
     """(busy, steal) CPU seconds of the whole machine since boot, or None where unreadable."""
@@ -77,11 +79,11 @@ def measuring_root() -> int:
     (a sweep's worker, a script under ``tracetui sweep``, a torchrun rank) counts its parent's
     tree: the sweep's other lanes, the other ranks and tracetui itself share the machine on
     purpose, and are not "other processes". A script on its own counts its own tree."""
-    if os.environ.get("TRACETUI_TRIAL") or os.environ.get("TRACETUI_SOCKET") or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        owner = os.environ.get("TRACETUI_OWNER_PID", "")
+    if os.environ.get(envvars.TRIAL) or os.environ.get(envvars.SOCKET) or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        owner = envvars.value_or(envvars.OWNER_PID)
         # tracetui itself when it says who it is (a trial forked by its fork server has the
         # server as parent), else the parent
-        return int(owner) if owner.isdecimal() and _alive(int(owner)) else os.getppid()
+        return owner if owner is not None and _alive(owner) else os.getppid()
     return os.getpid()
 
 

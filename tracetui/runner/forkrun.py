@@ -28,11 +28,11 @@ import sys
 import traceback
 from pathlib import Path
 
+from .. import envvars
 from .lifetime import release_server, set_parent_death_signal
 
 #: set in a forked run's environment: the probe's sitecustomize then leaves the chaining to the
 #: sitecustomize it shadows (the fork server ran that one already)
-FORKED_ENV = "TRACETUI_FORKED"
 _INJECT = Path(__file__).resolve().parent.parent / "inject" / "sitecustomize.py"
 
 
@@ -52,7 +52,7 @@ def run(payload: dict) -> None:
         own_output(payload["log_path"])
         os.chdir(payload["cwd"])
         os.environ.clear()
-        os.environ.update(payload["env"], **{FORKED_ENV: "1"})
+        os.environ.update(payload["env"], **{envvars.FORKED: "1"})
         _attach_probe()
         _simple_launches_here()
         code = _main(payload["target"])

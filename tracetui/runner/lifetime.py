@@ -23,7 +23,8 @@ import threading
 import time
 from typing import Callable
 
-from ..config import env_value
+from .. import envvars
+
 
 # ---- no trial outlives tracetui ---------------------------------------------------------------
 #
@@ -50,7 +51,6 @@ PR_SET_PDEATHSIG = 1
 #: debugger or a hung CUDA call could not act on a softer one
 DEATH_SIGNAL = signal.SIGKILL
 #: the environment variable naming tracetui's pid for processes further down (sitecustomize)
-OWNER_ENV = "TRACETUI_OWNER_PID"
 
 
 def _prctl():
@@ -163,21 +163,20 @@ PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.metadata", "tracetui.runner
            "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.warm", "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)
 #: ``forkserver`` (the default on Linux) or ``spawn`` (a fresh interpreter per trial)
-START_ENV = "TRACETUI_START"
 #: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def forking() -> bool:
     """Whether trials are forked from the fork server (see the module's note)."""
-    return os.environ.get(START_ENV, "forkserver") == "forkserver" and sys.platform.startswith("linux")
+    return os.environ.get(envvars.START, "forkserver") == "forkserver" and sys.platform.startswith("linux")
 
 
 def check_start_env() -> None:
     """A misspelt ``TRACETUI_START`` (``forksever``) would quietly start fresh interpreters:
     refuse it with one line instead."""
 
-    env_value(START_ENV)  # (declared with the others: tracetui.config.ENVIRONMENT)
+    envvars.env_value(envvars.START)
 
 
 def trial_context():
@@ -210,7 +209,7 @@ def _ensure_server() -> None:
     # it): torch's availability checks go through NVML there; each trial turns it back off
     before = os.environ.get(NVML_CHECK)
     if before == "1":
-        os.environ["TRACETUI_USER_NVML_CHECK"] = "1"  # the user's own: trials keep it
+        os.environ[envvars.USER_NVML_CHECK] = "1"  # the user's own: trials keep it
     os.environ[NVML_CHECK] = "1"
     try:
         _until_a_killed_server_has_ended()
@@ -308,7 +307,7 @@ def release_server() -> None:
     from multiprocessing import forkserver
 
     if forking() and os.environ.get(NVML_CHECK) == "1" \
-            and not os.environ.get("TRACETUI_USER_NVML_CHECK"):
+            and not os.environ.get(envvars.USER_NVML_CHECK):
         os.environ.pop(NVML_CHECK)  # the server's setting, not the user's: the usual check again
     server = forkserver._forkserver  # noqa: SLF001 - no public way to drop it
     fd = getattr(server, "_forkserver_alive_fd", None)

@@ -25,10 +25,10 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import envvars
+
 #: packages transformers imports for features no LoRA fine-tune of a causal LM uses
 HIDDEN = ("sklearn", "scipy", "torchvision", "torchaudio")
-#: set to 1 to let the fork server import them as the libraries would
-ENV = "TRACETUI_PRELOAD_OPTIONAL"
 
 #: the names marked absent here (not those already imported, nor any the user marked)
 marked: list[str] = []
@@ -36,7 +36,7 @@ marked: list[str] = []
 
 def hide() -> None:
     """Mark :data:`HIDDEN` absent for the imports that follow."""
-    if os.environ.get(ENV) == "1":
+    if os.environ.get(envvars.PRELOAD_OPTIONAL) == "1":
         return
     for name in HIDDEN:
         if name not in sys.modules:

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from .. import envvars
 from ..attach import SocketListener, private_socket
 from ..config import ConfigError, SweepConfig
 from ..events import make
@@ -30,7 +31,7 @@ from ..store import EventLog
 from ..trial import Trial
 from . import forkrun
 from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, environment_of, fork_target, launcher_for, world_size
-from .lifetime import OWNER_ENV, forking, restart_server_if_gone, server_pid, trial_context
+from .lifetime import forking, restart_server_if_gone, server_pid, trial_context
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
 
@@ -73,11 +74,11 @@ def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:
     Python processes die with, and NVLink multicast off for any NCCL job (shared GPU hosts)."""
     inject = str(Path(__file__).resolve().parent.parent / "inject")
     path = [inject, _package_shim()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = dict(os.environ, TRACETUI_SOCKET=socket_path, TRACETUI_WARMUP=str(warmup), PYTHONUNBUFFERED="1",
+    env = dict(os.environ, **{envvars.SOCKET: socket_path, envvars.WARMUP: str(warmup)}, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(path), **extra)
     for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
         env.setdefault(k, v)
-    env[OWNER_ENV] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
+    env[envvars.OWNER_PID] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
     return env
 
 
@@ -91,7 +92,7 @@ def how_runs_start(cmd: list[str], fresh: bool = False) -> tuple[ForkTarget | No
     if fresh:
         return None, "--fresh"
     if not forking():
-        return None, "TRACETUI_START=spawn" if os.environ.get("TRACETUI_START") else "no fork server here"
+        return None, f"{envvars.START}=spawn" if os.environ.get(envvars.START) else "no fork server here"
     return fork_target(cmd)
 
 
@@ -165,12 +166,12 @@ class ScriptSweep(SweepBase):
         return self.launcher.trial_command(self.cmd, spec.trial, folder)
 
     def _run_one(self, spec: RunSpec) -> str:
-        env = probe_env(self.socket_path, self.cfg.warmup, TRACETUI_RUN_ID=spec.run_id,
-                        TRACETUI_VARIED=json.dumps(spec.trial.settings_dict))
+        env = probe_env(self.socket_path, self.cfg.warmup, **{envvars.RUN_ID: spec.run_id,
+                                                               envvars.VARIED: json.dumps(spec.trial.settings_dict)})
         if self.cfg.until_confident is not None:
             refs = self.references(spec)
-            env.update(TRACETUI_UNTIL_CONFIDENT=f"{self.cfg.until_confident}:{self.cfg.min_steps}",
-                       TRACETUI_REFERENCES=json.dumps(refs))
+            env.update({envvars.UNTIL_CONFIDENT: f"{self.cfg.until_confident}:{self.cfg.min_steps}",
+                        envvars.REFERENCES: json.dumps(refs)})
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus
         env = self.launcher.environment(self.cmd, env)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .. import envvars
 from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
 from ..plan import RunSpec
 from .lifetime import die_with_this_process, launch, process_gone, start_shielded
@@ -178,7 +179,7 @@ class CommandChild(Child):
     def start(self) -> None:
         self._log = open(self.log_path, "w")
         # the run's start stages are counted from here (TraceCallback, in the script)
-        self.env = dict(self.env, TRACETUI_STARTED_AT=repr(time.time()))
+        self.env = dict(self.env, **{envvars.STARTED_AT: repr(time.time())})
         self.proc = launch(lambda: subprocess.Popen(
             self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=die_with_this_process()))
@@ -220,7 +221,7 @@ class ForkedCommandChild(CommandChild):
         self.proc = ctx.Process(target=target, args=(payload,), name="tracetui-script", daemon=True)
 
     def start(self) -> None:
-        self.payload["env"] = dict(self.payload["env"], TRACETUI_STARTED_AT=repr(time.time()))
+        self.payload["env"] = dict(self.payload["env"], **{envvars.STARTED_AT: repr(time.time())})
         launch(lambda: start_shielded(self.proc))
 
     lost_with = WorkerChild.lost_with

@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import Any
 
+from .. import envvars
 from ..analysis import StopRule
 from ..config import KNOB_DEFAULTS, SweepConfig, dataset_kind
 from ..events import RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, WAITING_STAGE, StepRecord, make
@@ -21,7 +22,7 @@ from ..probe.environment import environment
 from ..probe.gpu import GpuSampler
 from ..probe.settings import read_back
 from ..trial import Trial
-from .lifetime import OWNER_ENV, release_server, set_parent_death_signal
+from .lifetime import release_server, set_parent_death_signal
 from .preflight import device_kind
 from .sink import QueueSink
 from .sources import build_dataset, load_model, load_tokenizer
@@ -139,7 +140,7 @@ def run(spec: dict, mp_queue: Any) -> None:
     if spec.get("parent_pid"):
         release_server()
         set_parent_death_signal(spec["parent_pid"])
-        os.environ[OWNER_ENV] = str(spec.get("owner_pid") or spec["parent_pid"])
+        os.environ[envvars.OWNER_PID] = str(spec.get("owner_pid") or spec["parent_pid"])
     # The sweep decides what Ctrl-C and a terminal hang-up (sent to the whole process group)
     # stop: it sends SIGTERM. It started this process with them blocked (start-up is not ours).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -161,10 +162,10 @@ def run(spec: dict, mp_queue: Any) -> None:
     if spec.get("gpu") is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ["TRACETUI_TRIAL"] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
+    os.environ[envvars.TRIAL] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
     # nor the next run on its GPU, built early beside this one (a head start: probe/gpu.py)
     if spec.get("relay"):
-        os.environ["TRACETUI_HEAD_STARTS"] = "1"
+        os.environ[envvars.HEAD_STARTS] = "1"
     _thread_lock_for_progress_bars()
 
     sink = QueueSink(mp_queue)

@@ -9,6 +9,7 @@ import time
 import sys
 from pathlib import Path
 
+from .. import envvars
 from ..attach import ListenerError, default_socket_path, prepare_socket_path
 from ..outputs import Outputs
 from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
@@ -270,7 +271,7 @@ def run_command_app(run, outputs: Outputs) -> int:
 
 def watch_idle(path: str) -> str:
     """What the idle watch screen says: how to connect a training script to it."""
-    how = "" if path in (default_socket_path(), os.environ.get("TRACETUI_SOCKET")) else f" (set TRACETUI_SOCKET={path} in its environment)"
+    how = "" if path in (default_socket_path(), os.environ.get(envvars.SOCKET)) else f" (set {envvars.SOCKET}={path} in its environment)"
     return (f"waiting for a training script on {path}{how}. In the script: "
             "from tracetui import TraceCallback; trainer.add_callback(TraceCallback()), then run it; "
             "or: python examples/train_lora.py")

@@ -222,7 +222,8 @@ class _Watch:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
         self.lines: list[str] = []
         self._got = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self.wait_for(lambda line: line.startswith("tracetui: watching"))
 
     def _read(self) -> None:
@@ -253,7 +254,7 @@ class _Watch:
     def stop(self) -> tuple[int, str]:
         self.proc.send_signal(signal.SIGINT)
         code = self.proc.wait(timeout=60)
-        time.sleep(0.1)
+        self._reader.join(timeout=30)  # every line read (the pipe is at its end)
         return code, "".join(self.lines)
 
 

@@ -243,7 +243,7 @@ def test_detail_pane_names_the_settings_as_really_run():
 def test_a_step_is_drawn_to_scale():
     step = dict(data_ms=10.0, forward_ms=[20.0, 20.0], backward_ms=[30.0, 30.0], optimizer_ms=10.0, other_ms=0.0)
     segs = step_segments(step)
-    assert [s[0] for s in segs] == ["data", "f1", "b1", "f2", "b2", "opt", "rest"]
+    assert [s[0] for s in segs] == ["data", "f1", "b1", "f2", "b2", "opt", "other"]
     bar, labels = draw_bar(segs, 240.0, 60)  # the step is half the scale: half the width
     assert bar.cell_len == 30 and labels.cell_len == 30
     assert bar.plain.count("█") == 30

@@ -123,9 +123,7 @@ class SweepConfig:
     qlora: bool = setting(False, "4-bit (NF4) base model: QLoRA; changes the numerics (needs bitsandbytes "
                                  "and a GPU)", negatable=True)
     sharding: str = setting("ddp", "with --nproc-per-node above 1: ddp, or fsdp (FSDP2 full shard per decoder layer)")
-    vary: list[str] = setting([], "compare values of a setting: NAME=v1,v2 (repeatable; names: "
-                                  "activation_checkpointing, attn_implementation, liger, torch_compile, "
-                                  "padding_free, loss_type, dataloader_workers, pin_memory, optim, qlora, sharding)",
+    vary: list[str] = setting([], f"compare values of a setting: NAME=v1,v2 (repeatable; names: {', '.join(KNOBS)})",
                               kind=list, metavar="NAME=V1,V2", append=True, show_default=False)
     allow_result_changes: bool = setting(False, "let the recommendation be a setting that changes what "
                                                 "training computes (QLoRA, a loss that departs)")

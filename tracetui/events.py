@@ -309,21 +309,19 @@ def make(etype: str, run_id: str, **payload: Any) -> dict:
 class StepRecord:
     """Timings of one optimizer step.
 
-    ``forward_ms`` and ``backward_ms`` hold one value per micro-batch (gradient-accumulation
-    step), so the cost of each micro-batch stays visible. The phases add up to ``wall_ms``:
-    ``other_ms`` is what is left once data, forward, backward and optimizer are counted.
-    ``host_ms`` is the same step measured on the host clock (equal to ``wall_ms`` on CPU).
+    ``phases``: ms per phase name (:data:`tracetui.phases.PHASES`), a list of one value per
+    micro-batch (gradient-accumulation step) for a phase that is ``per_micro`` (forward,
+    backward), so the cost of each micro-batch stays visible; in the event each is the field
+    ``<name>_ms``, an absent phase 0 (or no micro-batch). The phases add up to ``wall_ms``:
+    ``other`` is what is left once the others are counted. ``host_ms`` is the same step measured
+    on the host clock (equal to ``wall_ms`` on CPU).
     """
 
     step: int
     warmup: bool
     wall_ms: float
     host_ms: float
-    data_ms: float
-    forward_ms: list[float]
-    backward_ms: list[float]
-    optimizer_ms: float
-    other_ms: float
+    phases: dict[str, Any]
     loss: float | None = None
     tokens: int | None = None
     samples: int | None = None
@@ -333,7 +331,9 @@ class StepRecord:
 
     def to_event(self, run_id: str) -> dict:
         payload = asdict(self)
-        extra = payload.pop("extra")
+        extra, phases = payload.pop("extra"), payload.pop("phases")
+        for p in PHASES:
+            payload[p.field] = phases.get(p.name, [] if p.per_micro else 0.0)
         payload.update(extra)
         return make(STEP, run_id, **payload)
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from ..events import RUN_SETTINGS, StepRecord, make
-from ..phases import NAMES
+from ..phases import NAMES, PHASES
 from . import quiet
 from .settings import read_back
 from .timing import Mark, make_clock
@@ -411,18 +411,15 @@ class Probe(TrainerCallback):
 
     def _record(self, item: dict) -> StepRecord:
         marks: list[Mark] = item["marks"]
-        phases = {"data": 0.0, "optimizer": 0.0, "other": 0.0}
-        fwd: list[float] = []
-        bwd: list[float] = []
+        phases: dict[str, Any] = {p.name: [] if p.per_micro else 0.0 for p in PHASES}
         for a, b in zip(marks, marks[1:]):
             ms = max(0.0, self.clock.elapsed_ms(a, b))
             phase = _PHASE_OF.get(b.label, "other")
-            if phase == "forward":
-                fwd.append(ms)
-            elif phase == "backward":
-                bwd.append(ms)
+            if isinstance(phases[phase], list):
+                phases[phase].append(ms)
             else:
                 phases[phase] += ms
+        bwd = phases["backward"]
         wall = self.clock.elapsed_ms(marks[0], marks[-1])
         host_ms = (marks[-1].host - marks[0].host) * 1000.0
         self.clock.release(marks[:-1])  # the end mark is the next step's start: kept
@@ -457,12 +454,11 @@ class Probe(TrainerCallback):
                 rest = sorted(bwd[:-1])
                 extra["comm_est_ms"] = max(0.0, bwd[-1] - rest[len(rest) // 2])
         # ``other`` absorbs rounding so the phases add up to the wall time exactly.
-        counted = phases["data"] + phases["optimizer"] + sum(fwd) + sum(bwd)
-        other = max(0.0, wall - counted)
+        counted = sum(sum(v) if isinstance(v, list) else v for name, v in phases.items() if name != "other")
+        phases["other"] = max(0.0, wall - counted)
         return StepRecord(
             step=item["step"], warmup=item["step"] <= self.warmup, wall_ms=wall, host_ms=host_ms,
-            data_ms=phases["data"], forward_ms=fwd, backward_ms=bwd,
-            optimizer_ms=phases["optimizer"], other_ms=other, loss=loss, tokens=tokens,
+            phases=phases, loss=loss, tokens=tokens,
             samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
             extra=extra,
         )

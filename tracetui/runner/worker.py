@@ -481,7 +481,6 @@ def _UnprobedSteps(emit, run_id: str, warmup: int):
             wall = (now - self.last) * 1000.0
             self.last = now
             emit(StepRecord(step=self.n, warmup=self.n <= warmup, wall_ms=wall, host_ms=wall,
-                            data_ms=0.0, forward_ms=[], backward_ms=[], optimizer_ms=0.0,
-                            other_ms=wall, extra={"unprobed": True}).to_event(run_id))
+                            phases={"other": wall}, extra={"unprobed": True}).to_event(run_id))
 
     return Steps()

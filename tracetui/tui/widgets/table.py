@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ...columns import MONITOR, STATUS_STYLE, Cell, table_context
+from ...phases import FIELDS
 from ...text import plain
 from .base import cell
 from .names import row_name, short_machine
@@ -41,8 +42,7 @@ def _bound_cell(row: dict, ctx: dict) -> str:
 
 #: the monitor's columns, most wanted first: the first six always come when they fit
 PRIORITY = ("split", "status", "step_ms_median", "speedup", "bound", "peak_mem_gib", "tokens_per_s",
-            "gpu_util_mean", "mfu_pct", "comparison", "spread", "data_ms", "forward_ms", "backward_ms",
-            "optimizer_ms", "other_ms", "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
+            "gpu_util_mean", "mfu_pct", "comparison", "spread", *FIELDS, "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
             "gpus", "comm_ms", "ranks")
 
 

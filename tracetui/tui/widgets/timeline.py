@@ -26,22 +26,27 @@ def median_step(run: RunData | None) -> tuple[dict | None, bool]:
 
 
 def step_segments(step: dict) -> list[tuple[str, str, float, tuple[int, int, int], int]]:
-    """One step as it ran, in order: (label, phase, ms, colour, micro-batch index). The recorded
-    data fetch is one value per step: it is drawn as one block before the first forward."""
-    rgb = {p.name: p.rgb for p in PHASES}
-    out = [("data", "data", float(step.get("data_ms") or 0.0), rgb["data"], 0)]
-    fw = step.get("forward_ms") or []
-    bw = step.get("backward_ms") or []
-    fw = fw if isinstance(fw, list) else [fw]
-    bw = bw if isinstance(bw, list) else [bw]
-    for i in range(max(len(fw), len(bw))):
-        if i < len(fw):
-            out.append((f"f{i + 1}", "forward", float(fw[i]), rgb["forward"], i))
-        if i < len(bw):
-            out.append((f"b{i + 1}", "backward", float(bw[i]), rgb["backward"], i))
-    out.append(("opt", "optimizer", float(step.get("optimizer_ms") or 0.0), rgb["optimizer"], 0))
-    out.append(("rest", "other", float(step.get("other_ms") or 0.0), rgb["other"], 0))
-    return out
+    """One step as it ran, in order: (label, phase, ms, colour, micro-batch index). The phases
+    of one value per micro-batch run micro-batch by micro-batch (f1 b1 f2 b2 ...); a phase of one
+    value per step is one block, before them if it is declared before them (the data fetch),
+    else after (the optimizer, the rest)."""
+    micro = [p for p in PHASES if p.per_micro]
+    first = PHASES.index(micro[0]) if micro else len(PHASES)
+
+    def value(p):
+        v = step.get(p.field) or ([] if p.per_micro else 0.0)
+        return (v if isinstance(v, list) else [v]) if p.per_micro else v
+
+    values = {p.name: value(p) for p in PHASES}
+
+    def block(p) -> tuple[str, str, float, tuple[int, int, int], int]:
+        return (p.short, p.name, float(values[p.name]), p.rgb, 0)
+
+    out = [block(p) for p in PHASES[:first] if not p.per_micro]
+    for i in range(max((len(values[p.name]) for p in micro), default=0)):
+        out += [(f"{p.short[0]}{i + 1}", p.name, float(values[p.name][i]), p.rgb, i)
+                for p in micro if i < len(values[p.name])]
+    return out + [block(p) for p in PHASES[first:] if not p.per_micro]
 
 
 def _shade(rgb: tuple[int, int, int], odd: bool) -> str:

@@ -17,18 +17,29 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The package's modules that ``name`` imports anywhere in its file."""
+def _import_nodes(path: Path, where: str = "anywhere") -> list[ast.stmt]:
+    """The import statements of a file: ``anywhere``, at its ``top`` only, or ``inside`` functions."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    if where == "top":
+        return [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    nested = [n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)]
+    return [n for n in (nested if where == "inside" else ast.walk(tree)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _targets(name: str, path: Path, node: ast.stmt, modules: dict[str, Path]) -> set[str]:
+    """What one import statement of module ``name`` imports (the package's modules by name, other
+    libraries by their top name)."""
+    if isinstance(node, ast.Import):
+        return {alias.name if alias.name in modules else alias.name.split(".")[0] for alias in node.names}
     here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            base = ".".join((here[: len(here) - node.level + 1] if node.level else [])
-                            + ([node.module] if node.module else []))
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+    base = ".".join((here[: len(here) - node.level + 1] if node.level else []) + ([node.module] if node.module else []))
+    return {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base if node.level or base in modules
+            else base.split(".")[0] for a in node.names}
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path], where: str = "anywhere") -> set[str]:
+    """The package's modules that ``name`` imports (``where``: see :func:`_import_nodes`)."""
+    found = set().union(*(_targets(name, path, n, modules) for n in _import_nodes(path, where)))
     return {m for m in found if m in modules and m != name}
 
 
@@ -100,3 +111,36 @@ def test_help_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+
+#: the libraries whose import takes seconds (or draws on the terminal): a module of the package
+#: that imports one at its top (itself or through the package's modules it imports there) may be
+#: imported inside a function, so that what does not need it (``--help``, a headless command,
+#: the fork server's start) stays light
+HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "textual")
+#: imports of the package's own modules inside functions for another reason, each said
+LAZY_FOR_A_REASON = {
+    # ``tracetui.TraceCallback`` is built on first use: its class derives from transformers'
+    ("tracetui", "tracetui.attach"),
+    # in the user's interpreter from its start: tracetui comes in only once transformers does
+    ("tracetui.inject.sitecustomize", "tracetui.attach"),
+}
+
+
+def test_imports_inside_functions_are_of_heavy_modules_only():
+    modules = _modules()
+    heavy: dict[str, bool] = {}
+
+    def is_heavy(name: str) -> bool:
+        if name not in heavy:
+            heavy[name] = False  # (while it is being looked at: no circle comes back to it)
+            path = modules[name]
+            top = set().union(*(_targets(name, path, n, modules) for n in _import_nodes(path, "top")))
+            heavy[name] = any(t in HEAVY for t in top) or any(is_heavy(m) for m in top if m in modules and m != name)
+        return heavy[name]
+
+    wrong = [f"{name} imports {dep} inside a function: import it at its top"
+             for name, path in sorted(modules.items()) for dep in sorted(_imports(name, path, modules, "inside"))
+             if not is_heavy(dep) and (name, dep) not in LAZY_FOR_A_REASON]
+    assert not wrong, "\n".join(wrong)

@@ -27,8 +27,12 @@ from pathlib import Path
 from typing import Callable
 
 from . import envvars
+from .analysis import StopRule
 from .events import RUN_FINISHED, RUN_STAGE, RUN_STARTED, dumps, make, parse_line
 from .knobs import SHORT
+from .probe.environment import environment
+from .probe.gpu import GpuSampler, physical_index
+from .text import clean
 from .trial import Trial
 
 #: the longest line (one event) a listener accepts, in bytes
@@ -151,8 +155,6 @@ _said_env: set[str] = set()
 
 def _say(line: str) -> None:
     """A line on the training script's stderr (quoting paths and exceptions: one printable line)."""
-    from .text import clean
-
     try:
         sys.stderr.write(clean(line) + "\n")
     except (OSError, ValueError):
@@ -443,8 +445,6 @@ def _make_trace_callback():
             self.rank = rank
             mb = int(args.per_device_train_batch_size)
             ga = int(args.gradient_accumulation_steps)
-            from .probe.environment import environment
-
             device = "cuda" if self.cuda else "cpu"
             env = environment(device) if device == "cpu" or _cuda_ready() else {"device": device}
             self._t0 = time.time()
@@ -465,8 +465,6 @@ def _make_trace_callback():
                 self._emit(make("notice", self.run_id, level="warning",
                                 message="--until-confident is not applied under data parallel; every step runs"))
             if self.cuda and self.gpu_samples:
-                from .probe.gpu import GpuSampler
-
                 index = _physical_gpu(self.device)
                 self.sampler = GpuSampler(self._emit, self.run_id, gpu_index=index,
                                           uuid=env.get("gpu_uuid") or None)
@@ -541,8 +539,6 @@ def _stop_rule_from_env():
     rule = _env(envvars.UNTIL_CONFIDENT)
     if not rule:
         return None
-    from .analysis import StopRule
-
     refs = _env(envvars.REFERENCES, [])
     try:  # [low, high], or [low, high, steps] where the reference's steps carry row fingerprints
         refs = [(float(r[0]), float(r[1]), [tuple(k) for k in r[2]]) if len(r) == 3 else (float(r[0]), float(r[1]))
@@ -564,8 +560,6 @@ def _cuda_ready() -> bool:
 
 def _physical_gpu(device) -> int:
     """NVML index of ``device``: CUDA_VISIBLE_DEVICES maps the process's indices."""
-    from .probe.gpu import physical_index
-
     return physical_index(device.index or 0)
 
 
@@ -606,8 +600,6 @@ def prepare_socket_path(path: str, private: bool | None = None) -> bool:
     text = os.fspath(path)
     size = len(os.fsencode(text)) if text.isprintable() else -1
     if not 0 < size <= SOCKET_PATH_MAX:
-        from .text import clean
-
         raise ListenerError(f"--socket: {clean(text)} " + ("holds a character that is not printable" if size < 0 else
                             f"is {size} bytes long, over the 107 a socket path may have" if size else "is empty")
                             + "; give a shorter path")

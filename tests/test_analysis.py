@@ -36,6 +36,32 @@ def test_recorded_h200_summary():
     assert line.startswith("4x1 is 3.83x faster than 1x4 (95% CI") and "peak memory 4.1 of 140 GiB" in line
 
 
+#: a whole first built-in sweep on the H200 with two runs per split, and what tracetui wrote of it
+#: there (docs/results/h200_after_layout/README.md)
+H200_REPEATS = Path(__file__).parent.parent / "docs" / "results" / "h200_after_layout"
+
+
+def test_a_recorded_h200_sweep_with_repeats_replays_to_what_tracetui_said_on_the_h200():
+    """The paired verdict over runs, the MFU recommendation, every field of every row and the time
+    account, from the event log alone, equal what the command wrote on the H200."""
+    from tracetui.analysis import time_spent
+    from tracetui.export import summary_json
+    from tracetui.outputs import Outputs
+
+    wrote = json.loads((H200_REPEATS / "builtin.json").read_text())
+    events = read_events([H200_REPEATS / "builtin_events.jsonl.gz"]).events
+    out = Outputs("-", "json")
+    results = Results().extend(events)
+    rows = out.rows(results)
+    assert verdict(rows) == wrote["verdict"] == (
+        "4x1 is 4.01x faster than 1x4 (95% CI 2.94-5.41x, paired over 27 steps and 2+2 runs) at effective "
+        "batch 4; peak memory 10.8 of 140 GiB")
+    assert recommendation(rows) == wrote["recommendation"]
+    assert [r["runs"] for r in rows] == [2, 2, 2]
+    again = json.loads(summary_json(rows, out.answer(rows), time=time_spent(results)))
+    assert again["splits"] == wrote["splits"] and again["time"] == wrote["time"]  # where its 136.1 s went too
+
+
 def test_no_clear_difference_when_intervals_overlap():
     events = []
     for label, base in (("1x2", 100.0), ("2x1", 101.0)):

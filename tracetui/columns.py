@@ -148,7 +148,8 @@ def _runs(row: dict, ctx: dict) -> str:
     return str(row.get("runs", 1)) + (f" ±{spread / 2:.1f}%" if spread is not None else "")
 
 
-def _bound(row: dict, ctx: dict) -> str:
+def bound_text(row: dict, ctx: dict | None = None) -> str:
+    """The bound label with its evidence (``host-bound: GPU busy 16%``)."""
     return f"{row.get('bound') or '-'}" + (f": {row['evidence']}" if row.get("evidence") and row.get("bound") else "")
 
 
@@ -213,7 +214,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("runs_failed", help="runs of the trial that failed (a failed run's steps are not pooled with the others')"),
     Column("train_runtime_s", unit="s"), Column("repeat_spread_pct", unit="%"),
     Column("stopped_early"), Column("stop_reason"),
-    Column("bound", "bound", cell=_bound), Column("evidence"),
+    Column("bound", "bound", cell=bound_text), Column("evidence"),
     Column("projected_s", "projected", cell=_projected, unit="s"),
     Column("gpus", "GPU", cell=lambda r, c: r.get("gpus") or "-", help="GPU indices of the runs"),
     Column("comm_ms", "comm", unit="ms", help="DDP: the exposed all-reduce time, the synchronising "

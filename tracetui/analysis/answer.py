@@ -11,6 +11,7 @@ from ..columns import fmt_duration, fmt_gib
 from ..events import RUN_FAILED_KINDS
 from ..knobs import KNOBS
 from ..knobs import sft_args as knob_sft_args
+from .diagnosis import MEMORY_SHARE
 from .runs import LIVE_STATUSES
 from .stats import MIN_INTERVAL_STEPS
 
@@ -174,10 +175,10 @@ def _recommend(rows: list[dict], policy: Policy):
             continue
         def fits(r):
             cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
-            return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= 0.9 * cap
+            return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= MEMORY_SHARE * cap
         ok = [r for r in group if fits(r)]
         if not ok:
-            yield None, f"effective batch {eb}: no split leaves 10% memory headroom"
+            yield None, f"effective batch {eb}: no split leaves {1 - MEMORY_SHARE:.0%} memory headroom"
             continue
         same = ok if policy.allow_result_changes else [r for r in ok if not r.get("changes_result")]
         if not same:

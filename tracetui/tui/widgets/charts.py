@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ...analysis import PROBE_WHY, Results, RunData
+from ...analysis import MEMORY_SHARE, PROBE_WHY, Results, RunData
 from ...phases import PHASES
 from ...text import clean, safe_text
 from .names import row_label, short_machine
@@ -159,7 +159,7 @@ class MemoryChart(Chart):
                         color="cyan", marker="o")
         if pts.limit:
             span = [min(xs), max(xs)]
-            plt.plot(span, [0.9 * pts.limit] * 2, label=f"90% of {pts.limit_what}", color="red", marker="braille")
+            plt.plot(span, [MEMORY_SHARE * pts.limit] * 2, label=f"{MEMORY_SHARE:.0%} of {pts.limit_what}", color="red", marker="braille")
         plt.xlabel("micro-batch")
         plt.title("peak memory (GiB) per micro-batch")
         self.refresh()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...columns import MONITOR, STATUS_STYLE, Cell, table_context
+from ...columns import MONITOR, STATUS_STYLE, Cell, bound_text, table_context
 from ...phases import FIELDS
 from ...text import plain
 from .base import cell
@@ -35,9 +35,7 @@ def _status_cell(row: dict, ctx: dict) -> Text:
 
 
 def _bound_cell(row: dict, ctx: dict) -> str:
-    if not ctx.get("bound_evidence"):
-        return row.get("bound") or "-"
-    return f"{row.get('bound') or '-'}" + (f": {row['evidence']}" if row.get("evidence") and row.get("bound") else "")
+    return bound_text(row) if ctx.get("bound_evidence") else row.get("bound") or "-"
 
 
 #: the monitor's columns, most wanted first: the first six always come when they fit

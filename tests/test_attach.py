@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.attach import ListenerError, SocketListener
+from tracetui.wire import ListenerError, SocketListener
 from tracetui.events import make
 from tracetui.store import read_events
 
@@ -245,7 +245,7 @@ def test_under_a_temp_dir_too_long_for_a_socket_tracetuis_sockets_go_to_tmp(tmp_
     import shutil
     import tempfile
 
-    from tracetui.attach import default_socket_dir, private_socket
+    from tracetui.wire import default_socket_dir, private_socket
 
     long_tmp = tmp_path / ("scratch-" + "x" * 90)
     long_tmp.mkdir()

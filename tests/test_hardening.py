@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracetui import attach
-from tracetui.attach import HELLO, SocketListener, SocketSink
+from tracetui import wire
+from tracetui.wire import HELLO, SocketListener, SocketSink
 from tracetui.events import make, parse_line, validate
 from tracetui.store import EventLog, read_events
 
@@ -227,7 +227,7 @@ def test_callback_falls_back_when_the_listener_never_serves(tmp_path, capfd, mon
     """A socket that accepts connections into its backlog but is never served (the state a dead
     listener thread left behind): the callback used to believe it was connected and lose
     every event. Now it keeps them all in its file."""
-    monkeypatch.setattr(attach, "HELLO_TIMEOUT_S", 0.2)  # (no greeting ever comes: waited for less)
+    monkeypatch.setattr(wire, "HELLO_TIMEOUT_S", 0.2)  # (no greeting ever comes: waited for less)
     path = str(tmp_path / "deaf.sock")
     deaf = socket.socket(socket.AF_UNIX)
     deaf.bind(path)
@@ -271,8 +271,8 @@ def test_callback_notices_a_listener_that_stopped_reading(tmp_path, capfd, monke
     """20 events fit in the socket's buffer (noticed at the end: they are still unread); 4000
     do not (noticed when a send moves nothing). Either way every event is in the file."""
     # (the listener never reads again: how long the callback gives it is not what is tested)
-    monkeypatch.setattr(attach, "SEND_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(attach, "DRAIN_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(wire, "DRAIN_TIMEOUT_S", 0.3)
     path = str(tmp_path / "stall.sock")
     srv, held, t = _stalling_server(path, 2000)
     try:
@@ -333,7 +333,7 @@ def test_default_socket_folder_that_others_could_write_is_refused(short_tmp, own
     assert stat.S_IMODE(folder.stat().st_mode) == (0o700 if owner == "other" else 0o777)  # left as found
     # the callback does not trust a socket there either: its events go to its file
     code = textwrap.dedent(f"""
-        from tracetui.attach import SocketSink, default_socket_path
+        from tracetui.wire import SocketSink, default_socket_path
         from tracetui.events import make
         s = SocketSink(default_socket_path(), {str(tmp_path / 'cb.jsonl')!r})
         s.emit(make("notice", "r", message="m")); s.close()
@@ -399,7 +399,7 @@ def test_peers_of_another_user_are_refused_at_both_ends(request_cleanup):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from tracetui.attach import SocketListener  # imported first: the other user cannot read /root
+        from tracetui.wire import SocketListener  # imported first: the other user cannot read /root
         import tracetui.events, array, fcntl, termios, selectors, struct
         os.setgid({NOBODY}); os.setuid({NOBODY})
         l = SocketListener({str(sock)!r}, lambda e: print("GOT", flush=True)).start()
@@ -437,11 +437,11 @@ def test_connections_and_buffered_bytes_are_capped(tmp_path):
                 c.sendall(b'{"pad": "' + b"x" * 60_000)
             except OSError:  # closed by the listener: over the limit
                 pass
-        over = 200 - attach.MAX_CONNECTIONS
+        over = 200 - wire.MAX_CONNECTIONS
         wait_until(lambda: listener.dropped.get("connection over the limit", 0) == over, 20)
-        wait_until(lambda: listener.connections == attach.MAX_CONNECTIONS
+        wait_until(lambda: listener.connections == wire.MAX_CONNECTIONS
                    and listener.dropped.get("listener buffer full", 0) > 0, 20)
-        assert listener.buffered <= attach.MAX_BUFFERED
+        assert listener.buffered <= wire.MAX_BUFFERED
         for c in clients:
             c.close()
         clients.clear()
@@ -462,7 +462,7 @@ def test_out_of_file_descriptors_the_listener_backs_off_instead_of_spinning(tmp_
     waiting clients once descriptors are free again."""
     code = textwrap.dedent(f"""
         import os, resource, socket, sys, time
-        from tracetui.attach import SocketListener
+        from tracetui.wire import SocketListener
         listener = SocketListener({str(tmp_path / 'd' / 'w.sock')!r}, lambda e: None).start()
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         filler = []

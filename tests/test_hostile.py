@@ -453,13 +453,13 @@ def test_a_bad_environment_variable_is_one_line_before_anything_runs(capsys, mon
 
 
 def test_the_callback_says_a_bad_variable_once_and_trains_on(monkeypatch, capfd):
-    from tracetui import attach
+    from tracetui import attach, wire
 
     monkeypatch.setenv("TRACETUI_UNTIL_CONFIDENT", "x:y")
     monkeypatch.setenv("TRACETUI_WARMUP", "-1")
-    monkeypatch.setattr(attach, "_said_env", set())
+    monkeypatch.setattr(wire, "_said_env", set())
     assert attach._stop_rule_from_env() is None and attach._stop_rule_from_env() is None
-    assert attach._env("TRACETUI_WARMUP", 3) == 3
+    assert wire.script_env("TRACETUI_WARMUP", 3) == 3
     err = capfd.readouterr().err
     assert err.count("TRACETUI_UNTIL_CONFIDENT") == 1 and "(ignored)" in err and "TRACETUI_WARMUP" in err
 

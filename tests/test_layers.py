@@ -71,7 +71,7 @@ def test_no_import_circle():
 LAYERS = (
     ("domain", ("trial", "knobs", "presets", "phases", "config", "envvars", "clock", "columns", "busy", "text", "paths", "flops",
                 "bounded")),
-    ("events", ("events", "store")),
+    ("events", ("events", "store", "wire")),
     ("analysis", ("analysis",)),
     ("probe", ("probe",)),
     ("planners", ("plan", "search")),

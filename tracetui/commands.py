@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import envvars
 from .analysis import Results
-from .attach import ListenerError, SocketListener, default_socket_path
+from .wire import ListenerError, SocketListener, default_socket_path
 from .config import ConfigError, add_arguments, check_runs_dir, whole_number
 from .outputs import Outputs
 from .paths import input_file_problem

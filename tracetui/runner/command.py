@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..attach import SocketListener, private_socket
+from ..wire import SocketListener, private_socket
 from ..store import EventLog
 from .launch import launcher_for
 from .script import probe_env

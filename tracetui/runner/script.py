@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import envvars
-from ..attach import SocketListener, private_socket
+from ..wire import SocketListener, private_socket
 from ..config import ConfigError, SweepConfig
 from ..events import make
 from ..knobs import KNOBS

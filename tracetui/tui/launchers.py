@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .. import envvars
-from ..attach import ListenerError, default_socket_path, prepare_socket_path
+from ..wire import ListenerError, default_socket_path, prepare_socket_path
 from ..outputs import Outputs
 from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
 from ..session import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_status, fail_line, no_split_finished, report,

@@ -9,7 +9,7 @@ import collections
 import threading
 from typing import Callable
 
-from ..attach import SocketListener
+from ..wire import SocketListener
 from ..config import ConfigError
 
 #: events the inbox holds before it drops what arrives (the event log on disk has every one):

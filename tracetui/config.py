@@ -759,19 +759,6 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     return cfg
 
 
-def head_start_refusal(cfg: "SweepConfig", lanes: int = 1) -> str:
-    """Why the settings themselves rule head starts out (:mod:`tracetui.runner.turns`), or ""."""
-    if lanes > 1 or len(cfg.gpu_list()) > 1:
-        return "runs go side by side on several GPUs"
-    if cfg.world_size > 1:
-        return "torchrun starts its own ranks"
-    if not cfg.probe:
-        return "--no-probe runs have no probe to keep the turns"
-    if cfg.warmup < 2:
-        return f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more to start the next run in"
-    return ""
-
-
 def check_runs_dir(path: str, flag: str = "--runs-dir") -> None:
     """``--runs-dir`` (every subcommand) before anything starts: a folder this process can
     write into, made if missing; else one line naming the flag (:class:`ConfigError`)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import clock
-from ..config import SweepConfig, head_start_refusal
+from ..config import SweepConfig
 from ..events import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..knobs import KNOBS, SHORT
 from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
@@ -547,10 +547,14 @@ def relaying(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device
     current one's warm-up (``--warmup`` 2 or more)."""
     if not cfg.head_start:
         return False, "not asked for"
-    why = head_start_refusal(cfg, len(lanes)) or (
-        "the search decides each run from the ones before it" if not isinstance(planner, GridPlanner) else "")
-    if why:
-        return False, why
+    for ruled_out, why in ((len(lanes) > 1 or len(cfg.gpu_list()) > 1, "runs go side by side on several GPUs"),
+                           (cfg.world_size > 1, "torchrun starts its own ranks"),
+                           (not cfg.probe, "--no-probe runs have no probe to keep the turns"),
+                           (cfg.warmup < 2, f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more "
+                                            "to start the next run in"),
+                           (not isinstance(planner, GridPlanner), "the search decides each run from the ones before it")):
+        if ruled_out:
+            return False, why
     if runs_to_start(planner, device) < 2:
         return False, "one run"
     return True, ""

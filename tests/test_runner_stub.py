@@ -1,12 +1,20 @@
-"""The runner against a stand-in for a training script (tests/stubs/trainer.py): real processes,
-a real socket, the planner, the supervisor and the outputs, and no torch: the step times are the
-stub's own, so the answer is known exactly."""
+"""The runner against stand-ins for a training script (tests/stubs/trainer.py) and for tracetui's
+worker (tests/stubs/worker.py): real processes, a real socket or queue, the planner, the
+supervisor, head starts' turns and the outputs, and no torch: the step times are the stubs' own,
+so the answer is known exactly."""
 
 import os
 import sys
 from pathlib import Path
 
+from tracetui.analysis import Results
+from tracetui.config import SweepConfig, validate
+from tracetui.outputs import Outputs
+from tracetui.runner.sweep import Sweep
+from tracetui.store import read_events
+
 from .conftest import read_csv, run_main
+from .stubs import worker as stub_worker
 
 STUB = Path(__file__).parent / "stubs" / "trainer.py"
 
@@ -44,3 +52,41 @@ def test_a_run_killed_beside_its_finished_repeat_is_said_and_not_pooled(tmp_path
     assert "crashed in 1 of 2 runs (1x4#1: killed by SIGKILL" in row["message"]
     assert "tracetui: warning: 1x4: crashed in 1 of 2 runs" in proc.stderr
     assert "4x1 is 2.41x faster than 1x4" in proc.stderr  # the verdict stands on the runs that finished
+
+
+class StubSweep(Sweep):
+    """The built-in sweep, its trials run by the stand-in worker."""
+
+    target = staticmethod(stub_worker.run)
+
+
+def test_the_built_in_sweep_keeps_the_turns_of_head_starts_and_ranks_exactly(tmp_path):
+    cfg = SweepConfig(splits="1x4,2x2,4x1", repeats=1, steps=8, warmup=2, runs_dir=str(tmp_path / "runs"), allow_busy=True)
+    sweep = StubSweep(cfg, validate(cfg))
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    events = read_events([sweep.log.path]).events
+    started = [e for e in events if e["type"] == "run_started"]
+    assert [e["label"] for e in started] == ["1x4", "2x2", "4x1"]
+    # each run after the first was built during the warm-up of the one before (a head start)
+    assert [bool(e.get("head_start")) for e in started] == [False, True, True]
+    steps = {e["run_id"]: [] for e in started}
+    for e in events:
+        if e["type"] == "step":
+            steps[e["run_id"]].append((e["t_begin"], e["t_end"], e["warmup"]))
+    runs = [steps[e["run_id"]] for e in started]
+    assert [len(s) for s in runs] == [8, 8, 8]
+    # one run steps at a time: a run's first step begins after the last step of the one before
+    for before, run in zip(runs, runs[1:]):
+        assert before[-1][1] <= run[0][0]
+    # and no step of any run overlaps another's
+    every = sorted((b, e) for run in runs for b, e, _ in run)
+    assert all(e <= b2 for (_, e), (b2, _) in zip(every, every[1:]))
+    # the answer from the canned step times, exactly
+    out = Outputs("-", "json")
+    rows = out.rows(Results().extend(events))
+    assert [(r["trial"], r["step_ms_median"]) for r in rows] == [("1x4", 41.01), ("2x2", 25.01), ("4x1", 17.01)]
+    assert all(r["status"] == "ok" and r["steps_measured"] == 6 for r in rows)
+    assert out.answer(rows).verdict.startswith("4x1 is 2.41x faster than 1x4")

@@ -14,6 +14,16 @@ import time
 MS_PER_ROW, MS_PER_CALL = 2.0, 8.0
 
 
+def step_fields(mb: int, ga: int, step: int) -> dict:
+    """One step's timings as the stubs report them: (8 + 2 x rows) ms each way per micro-batch, and
+    a little step-to-step noise, the same for every split."""
+    fw = [(MS_PER_CALL + MS_PER_ROW * mb) / 2] * ga
+    wall = 2 * sum(fw) + 1.0 + 0.01 * (step % 3)
+    return dict(wall_ms=wall, host_ms=wall, data_ms=0.5, forward_ms=fw, backward_ms=fw, optimizer_ms=0.4,
+                other_ms=0.1 + 0.01 * (step % 3), loss=2.0 - 0.01 * step, tokens=64 * mb * ga, samples=mb * ga,
+                peak_mem_gib=0.1 * mb, rank=0)
+
+
 def flag(name: str, default: int) -> int:
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
@@ -33,11 +43,7 @@ def main() -> None:
          repeat=0, pid=os.getpid(), rank=0, precision="fp32", env={"device": "cpu", "cpu_count": 2},
          config={"steps": steps, "warmup": warmup})
     for step in range(1, steps + 1):
-        fw = [(MS_PER_CALL + MS_PER_ROW * mb) / 2] * ga
-        wall = 2 * sum(fw) + 1.0 + 0.01 * (step % 3)  # a little step-to-step noise, the same for every split
-        send("step", step=step, warmup=step <= warmup, wall_ms=wall, host_ms=wall, data_ms=0.5, forward_ms=fw,
-             backward_ms=fw, optimizer_ms=0.4, other_ms=0.1 + 0.01 * (step % 3), loss=2.0 - 0.01 * step,
-             tokens=64 * mb * ga, samples=mb * ga, peak_mem_gib=0.1 * mb, rank=0, t_end=time.time())
+        send("step", step=step, warmup=step <= warmup, t_end=time.time(), **step_fields(mb, ga, step))
         if step == crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
     send("run_finished", train_runtime_s=0.1, steps=steps, stopped_early=False)

@@ -309,6 +309,9 @@ class Sweep(SweepBase):
     on disk. :meth:`stop` may be called from any thread or a signal handler.
     """
 
+    #: what each trial's process runs, given its payload and its event queue
+    target: Callable[[dict, object], None] = staticmethod(worker.run)
+
     def __init__(self, cfg: SweepConfig, trials: list[Trial], on_event: Callable[[dict], None] | None = None,
                  sweep_id: str | None = None, lanes: list[int | None] | None = None,
                  planner: Planner | None = None):
@@ -532,7 +535,7 @@ class Sweep(SweepBase):
             # started beside the run before it (a head start), or the first / after a gap
             payload.update(turn=theirs, relay=True, head_start=turns.resident() > 1)
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
-        child = WorkerChild(self._ctx, worker.run, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
+        child = WorkerChild(self._ctx, self.target, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
         child.memory_limit = self.cfg.memory_limit
 
         return self._supervised(spec, child, waiting)

@@ -1,0 +1,48 @@
+"""A stand-in for tracetui's worker (:func:`tracetui.runner.worker.run`) in runner tests of the
+built-in sweep: no torch, no model. It reports one run as the worker does (its start, its steps,
+its end) with the step times of :func:`tests.stubs.trainer.step_fields`, and keeps the turns of
+head starts as the probe does (:class:`tracetui.runner.turns.Gate`): ready once built, the turn
+taken before its first step and again after its warm-up, the end said. Each step takes real
+time (``WARM_S`` a warm-up step: room for the next run to be built meanwhile, ``STEP_S`` a
+measured one), so that when runs ran is seen; the time it reports is the canned one.
+"""
+
+import os
+import time
+
+from tracetui.events import RUN_FINISHED, RUN_STARTED, STEP, make
+from tracetui.runner.sink import QueueSink
+from tracetui.runner.turns import Gate
+from tracetui.trial import Trial
+
+from .trainer import step_fields
+
+STEP_S, WARM_S = 0.05, 0.5
+
+
+def run(spec: dict, mp_queue) -> None:
+    sink = QueueSink(mp_queue)
+    run_id, cfg, trial = spec["run_id"], spec["config"], Trial.from_fields(spec["trial"])
+    mb, ga, steps, warmup = trial.micro_batch, trial.grad_accum, cfg["steps"], cfg["warmup"]
+    gate = Gate(spec["turn"], warmup) if spec.get("turn") is not None else None
+    sink.emit(make(RUN_STARTED, run_id, label=trial.label(), **trial.fields(), repeat=spec.get("repeat", 0),
+                   pid=os.getpid(), rank=0, precision="fp32", env={"device": "cpu", "cpu_count": 2},
+                   config={"steps": steps, "warmup": warmup},
+                   **({"head_start": True} if spec.get("head_start") else {})))
+    if gate is not None:
+        gate.take()
+        gate.warming()
+    for step in range(1, steps + 1):
+        begun = time.time()
+        time.sleep(WARM_S if step <= warmup else STEP_S)  # the step's work
+        sink.emit(make(STEP, run_id, step=step, warmup=step <= warmup, t_begin=begun, t_end=time.time(),
+                       **step_fields(mb, ga, step)))
+        if gate is not None and gate.due(step) and step < steps:
+            gate.take()
+    if gate is not None:
+        gate.end()
+    sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=steps * STEP_S, steps=steps, stopped_early=False))
+    sink.close(run_id=run_id)
+    mp_queue.close()
+    mp_queue.join_thread()  # every event on its way to the sweep before the process goes
+    os._exit(0)

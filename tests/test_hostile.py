@@ -453,13 +453,13 @@ def test_a_bad_environment_variable_is_one_line_before_anything_runs(capsys, mon
 
 
 def test_the_callback_says_a_bad_variable_once_and_trains_on(monkeypatch, capfd):
-    from tracetui import attach, wire
+    from tracetui import attach, envvars
 
     monkeypatch.setenv("TRACETUI_UNTIL_CONFIDENT", "x:y")
     monkeypatch.setenv("TRACETUI_WARMUP", "-1")
-    monkeypatch.setattr(wire, "_said_env", set())
+    monkeypatch.setattr(envvars, "_said", set())
     assert attach._stop_rule_from_env() is None and attach._stop_rule_from_env() is None
-    assert wire.script_env("TRACETUI_WARMUP", 3) == 3
+    assert envvars.value_or(envvars.WARMUP, 3, say=True) == 3
     err = capfd.readouterr().err
     assert err.count("TRACETUI_UNTIL_CONFIDENT") == 1 and "(ignored)" in err and "TRACETUI_WARMUP" in err
 

@@ -113,7 +113,6 @@ def test_help_imports_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
-
 #: the libraries whose import takes seconds (or draws on the terminal): a module of the package
 #: that imports one at its top (itself or through the package's modules it imports there) may be
 #: imported inside a function, so that what does not need it (``--help``, a headless command,
@@ -144,3 +143,14 @@ def test_imports_inside_functions_are_of_heavy_modules_only():
              for name, path in sorted(modules.items()) for dep in sorted(_imports(name, path, modules, "inside"))
              if not is_heavy(dep) and (name, dep) not in LAZY_FOR_A_REASON]
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_headless_command_imports_no_textual(tmp_path):
+    """``tracetui run --export`` of a command: the monitor's library is never imported."""
+    code = ("import sys\nfrom tracetui.cli import main\n"
+            f"rc = main(['run', '--export', 'csv', '-o', {str(tmp_path / 'o.csv')!r}, '--runs-dir', "
+            f"{str(tmp_path / 'runs')!r}, '--', sys.executable, '-c', 'pass'])\n"
+            "print(rc, 'textual' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "False"], (out.stdout, out.stderr[-2000:])

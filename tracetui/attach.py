@@ -19,13 +19,14 @@ from .knobs import SHORT
 from .probe.environment import environment
 from .probe.gpu import GpuSampler, physical_index
 from .trial import Trial
-from .wire import SocketSink, default_socket_path, script_env, script_say
+from .wire import SocketSink, default_socket_path, script_say
+
 
 def _run_id() -> str:
     """One id for all ranks of a run: torchrun's ranks share their agent (the parent)."""
     host = socket.gethostname()
-    if script_env(envvars.RUN_ID):
-        return script_env(envvars.RUN_ID)
+    if envvars.value_or(envvars.RUN_ID, say=True):
+        return envvars.value_or(envvars.RUN_ID, say=True)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return f"{host}-{os.environ.get('MASTER_PORT', '')}-{os.getppid()}"
     return f"{host}-{os.getpid()}-{time.strftime('%H%M%S')}"
@@ -63,7 +64,7 @@ def _make_trace_callback():
                      warmup: int | None = None, run_id: str | None = None, gpu_samples: bool = True,
                      quiet: bool = False, config: dict | None = None):
             self.run_id_base = run_id or _run_id()
-            warm = script_env(envvars.WARMUP, 3) if warmup is None else warmup
+            warm = envvars.value_or(envvars.WARMUP, 3, say=True) if warmup is None else warmup
             super().__init__(self._emit, self.run_id_base, warmup=warm, stop_after=_stop_rule_from_env())
             self.announce_settings = False  # sent after run_started, below
             self.socket_path = socket_path or default_socket_path()
@@ -173,7 +174,7 @@ def _make_trace_callback():
             (to the script's first line), the script's own imports, model and data (to its
             Trainer), the trainer's set-up (to training). From the time the sweep started the
             process and the marks tracetui's sitecustomize made in it; nothing outside a sweep."""
-            started = script_env(envvars.STARTED_AT)
+            started = envvars.value_or(envvars.STARTED_AT, say=True)
             marks = getattr(sys.modules.get("sitecustomize"), "_TRACETUI_MARKS", None)
             if not started or not isinstance(marks, dict):
                 return
@@ -223,7 +224,7 @@ def _make_trace_callback():
 
 def _varied_from_sweep() -> dict:
     """The trial's varied settings, as ``tracetui sweep`` set them on the script's command line."""
-    varied = script_env(envvars.VARIED, {})
+    varied = envvars.value_or(envvars.VARIED, {}, say=True)
     return {str(k): v for k, v in varied.items() if isinstance(v, (str, int, float, bool))} if isinstance(varied, dict) else {}
 
 
@@ -231,10 +232,10 @@ def _stop_rule_from_env():
     """``tracetui sweep --until-confident``: the stopping rule the sweep hands the script's
     process (``TRACETUI_UNTIL_CONFIDENT=PCT:MIN_STEPS``, ``TRACETUI_REFERENCES``: the earlier
     splits' intervals as JSON)."""
-    rule = script_env(envvars.UNTIL_CONFIDENT)
+    rule = envvars.value_or(envvars.UNTIL_CONFIDENT, say=True)
     if not rule:
         return None
-    refs = script_env(envvars.REFERENCES, [])
+    refs = envvars.value_or(envvars.REFERENCES, [], say=True)
     try:  # [low, high], or [low, high, steps] where the reference's steps carry row fingerprints
         refs = [(float(r[0]), float(r[1]), [tuple(k) for k in r[2]]) if len(r) == 3 else (float(r[0]), float(r[1]))
                 for r in refs if len(r) in (2, 3)] if isinstance(refs, list) else []

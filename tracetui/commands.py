@@ -8,7 +8,6 @@ from pathlib import Path
 
 from . import envvars
 from .analysis import Results
-from .wire import ListenerError, SocketListener, default_socket_path
 from .config import ConfigError, add_arguments, check_runs_dir, whole_number
 from .outputs import Outputs
 from .paths import input_file_problem
@@ -22,6 +21,7 @@ from .session import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_
                       load_config, progress_printer, run_headless, say, write_and_report)
 from .store import EventLog, read_events
 from .text import clean
+from .wire import ListenerError, SocketListener, default_socket_path
 
 
 def _show_parser() -> Parser:

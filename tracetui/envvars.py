@@ -1,16 +1,22 @@
 """The environment protocol between tracetui and the processes it starts: every ``TRACETUI_*``
 variable, declared once (its name, meaning, type and range), read and checked here.
 
-Who sets what: a built-in sweep's trial sets ``TRIAL``, ``OWNER_PID`` and, beside a head start,
-``HEAD_STARTS`` for itself (:mod:`tracetui.runner.worker`); the fork server keeps the user's own
-NVML check as ``USER_NVML_CHECK`` (:mod:`tracetui.runner.lifetime`); a swept script
-gets ``SOCKET``, ``WARMUP``, ``RUN_ID``, ``VARIED``, ``STARTED_AT`` and, under
-``--until-confident``, ``UNTIL_CONFIDENT`` and ``REFERENCES`` (:mod:`tracetui.runner.script`,
-:mod:`tracetui.runner.supervise`), and ``FORKED`` when its run is forked
-(:mod:`tracetui.runner.forkrun`). The user may set ``SOCKET``, ``WARMUP``, ``RUN_ID``, ``START``
-and ``PRELOAD_OPTIONAL``. Every variable that is set is checked before a command runs
-(:func:`check_environment`); in a training script's own process a bad one is left out
-(:func:`value_or`), never raised into its training. ``tracetui/inject/sitecustomize.py`` reads
+Who sets what:
+
+- a built-in sweep's trial sets ``TRIAL``, ``OWNER_PID`` and, beside a head start,
+  ``HEAD_STARTS`` for itself (:mod:`tracetui.runner.worker`);
+- the fork server keeps the user's own NVML check as ``USER_NVML_CHECK``
+  (:mod:`tracetui.runner.lifetime`);
+- a swept script and ``tracetui run``'s command get ``SOCKET``, ``WARMUP`` and ``OWNER_PID``; a
+  swept one also ``RUN_ID``, ``VARIED``, ``STARTED_AT`` and, under ``--until-confident``,
+  ``UNTIL_CONFIDENT`` and ``REFERENCES`` (:mod:`tracetui.runner.script`,
+  :mod:`tracetui.runner.supervise`), and ``FORKED`` when its run is forked
+  (:mod:`tracetui.runner.forkrun`);
+- the user may set ``SOCKET``, ``WARMUP``, ``RUN_ID``, ``START`` and ``PRELOAD_OPTIONAL``.
+
+Every variable that is set is checked before a command runs (:func:`check_environment`); in a
+training script's own process a bad one is said once and left out (:func:`value_or` with
+``say``), never raised into its training. ``tracetui/inject/sitecustomize.py`` reads
 ``OWNER_PID``, ``SOCKET`` and ``FORKED`` by name, before any of tracetui is imported.
 """
 
@@ -19,10 +25,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from .config import MAX_TEXT, ConfigError, out_of_range, shown
+from .text import clean
 
 SOCKET = "TRACETUI_SOCKET"
 WARMUP = "TRACETUI_WARMUP"
@@ -72,6 +80,8 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar(RUN_ID, "the run id TraceCallback reports under", max_len=200),
     EnvVar(OWNER_PID, "the tracetui process a trial dies with", "int", low=1, high=2**22,
            by_tracetui=True),
+    # the probe's sitecustomize then leaves the chaining to the sitecustomize it shadows (the
+    # fork server ran that one already)
     EnvVar(FORKED, "set in a script's run forked from tracetui's server", "choice", choices=("1",),
            by_tracetui=True),
     EnvVar(STARTED_AT, "when the sweep started a script's process (unix seconds)", "float", low=0,
@@ -145,11 +155,22 @@ def check_environment(environ: Any = None) -> None:
         env_value(name, environ)
 
 
-def value_or(name: str, default: Any = None, environ: Any = None) -> Any:
+def value_or(name: str, default: Any = None, environ: Any = None, say: bool = False) -> Any:
     """Variable ``name`` as :func:`env_value` reads it, or ``default`` when it is unset, empty or
-    bad (the probe's side, in a user's process: a bad value is no reason to stop training)."""
+    bad (the probe's side, in a user's process: a bad value is no reason to stop training).
+    ``say``: a bad one is said on stderr, once."""
     try:
         value = env_value(name, environ)
-    except ConfigError:
+    except ConfigError as exc:
+        if say and name not in _said:
+            _said.add(name)
+            try:
+                sys.stderr.write(clean(f"tracetui: {exc} (ignored)") + "\n")
+            except (OSError, ValueError):
+                pass
         return default
     return default if value is None else value
+
+
+#: the bad variables said already (:func:`value_or`)
+_said: set[str] = set()

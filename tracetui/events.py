@@ -332,6 +332,7 @@ class StepRecord:
     def to_event(self, run_id: str) -> dict:
         payload = asdict(self)
         extra, phases = payload.pop("extra"), payload.pop("phases")
+        assert set(phases) <= {p.name for p in PHASES}, f"no such phase: {sorted(set(phases) - {p.name for p in PHASES})}"
         for p in PHASES:
             payload[p.field] = phases.get(p.name, [] if p.per_micro else 0.0)
         payload.update(extra)

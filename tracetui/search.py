@@ -42,8 +42,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .analysis import (PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios, predicted_text,
-                       settle_interval)
+from .analysis import (MEMORY_SHARE, PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios,
+                       predicted_text, settle_interval)
 from .columns import fmt_gib
 from .knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
@@ -51,8 +51,8 @@ from .probe.gpu import physical_index
 from .text import say
 from .trial import Trial
 
-#: share of the memory bound a predicted peak may take (the recommendation's 10% headroom)
-HEADROOM = 0.9
+#: share of the memory bound a predicted peak may take (the recommendation's headroom)
+HEADROOM = MEMORY_SHARE
 #: relative difference of two medians taken as real when there are too few steps for intervals:
 #: fresh processes of one split differ by about 8-10% on an H200 host (README)
 RESOLUTION = 0.10

@@ -80,7 +80,7 @@ def default_socket_path() -> str:
     """``TRACETUI_SOCKET``, else ``watch.sock`` in :func:`default_socket_dir`. That folder is
     made 0700 by the listener, and refused by both ends when someone else could write to it
     (:func:`unsafe_folder`): only this user can reach the socket."""
-    env = script_env(envvars.SOCKET)
+    env = envvars.value_or(envvars.SOCKET, say=True)
     if env:
         return env
     return str(default_socket_dir() / "watch.sock")
@@ -129,23 +129,6 @@ def _unsent(sock: socket.socket) -> int | None:
         return buf[0]
     except (ImportError, AttributeError, OSError):
         return None
-
-
-def script_env(name: str, default=None):
-    """A ``TRACETUI_*`` variable checked by its declaration (:func:`tracetui.envvars.env_value`).
-    In the training script's process a bad one is said once and left out, never raised into
-    its training."""
-    try:
-        value = envvars.env_value(name)
-    except envvars.ConfigError as exc:
-        if name not in _said_env:
-            _said_env.add(name)
-            script_say(f"tracetui: {exc} (ignored)")
-        return default
-    return default if value is None else value
-
-
-_said_env: set[str] = set()
 
 
 def script_say(line: str) -> None:

@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..wire import SocketListener, private_socket
 from ..store import EventLog
+from ..wire import SocketListener, private_socket
 from .launch import launcher_for
 from .script import probe_env
 from .sweep import new_sweep_id

@@ -31,8 +31,7 @@ from pathlib import Path
 from .. import envvars
 from .lifetime import release_server, set_parent_death_signal
 
-#: set in a forked run's environment: the probe's sitecustomize then leaves the chaining to the
-#: sitecustomize it shadows (the fork server ran that one already)
+#: the probe's sitecustomize
 _INJECT = Path(__file__).resolve().parent.parent / "inject" / "sitecustomize.py"
 
 

@@ -50,7 +50,6 @@ PR_SET_PDEATHSIG = 1
 #: the parent-death signal: SIGKILL, as nothing is left to report to, and a trial stopped in a
 #: debugger or a hung CUDA call could not act on a softer one
 DEATH_SIGNAL = signal.SIGKILL
-#: the environment variable naming tracetui's pid for processes further down (sitecustomize)
 
 
 def _prctl():
@@ -162,7 +161,6 @@ LIBRARIES = ["torch", "transformers", "transformers.trainer", "peft", "datasets"
 PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.metadata", "tracetui.runner.optional", "tracetui.runner.libraries",
            "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.warm", "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)
-#: ``forkserver`` (the default on Linux) or ``spawn`` (a fresh interpreter per trial)
 #: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Callable
 
 from .. import envvars
-from ..wire import SocketListener, private_socket
 from ..config import ConfigError, SweepConfig
 from ..events import make
 from ..knobs import KNOBS
 from ..plan import Planner, RunSpec
 from ..store import EventLog
 from ..trial import Trial
+from ..wire import SocketListener, private_socket
 from . import forkrun
 from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, environment_of, fork_target, launcher_for, world_size
 from .lifetime import forking, restart_server_if_gone, server_pid, trial_context

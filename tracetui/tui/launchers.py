@@ -4,22 +4,21 @@ signals and a hung-up terminal as a quit; and say where everything is once it ha
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
-import sys
 from pathlib import Path
 
 from .. import envvars
-from ..wire import ListenerError, default_socket_path, prepare_socket_path
 from ..outputs import Outputs
 from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
 from ..session import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_status, fail_line, no_split_finished, report,
                        say)
 from ..text import clean
+from ..wire import ListenerError, default_socket_path, prepare_socket_path
 from .app import TraceApp, sweep_subtitle
 from .sources import CommandSource, PreparingSource, ReplaySource, SweepSource, WatchSource
 from .terminal import no_terminal, run_on_terminal
-
 
 
 def quit_on_signals(app: TraceApp):

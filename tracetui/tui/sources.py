@@ -9,8 +9,8 @@ import collections
 import threading
 from typing import Callable
 
-from ..wire import SocketListener
 from ..config import ConfigError
+from ..wire import SocketListener
 
 #: events the inbox holds before it drops what arrives (the event log on disk has every one):
 #: a flood faster than the screen drains cannot grow the monitor without bound

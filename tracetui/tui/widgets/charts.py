@@ -141,7 +141,8 @@ def memory_points(rows: list[dict], results: Results) -> MemoryPoints:
 
 class MemoryChart(Chart):
     """Peak memory against the micro-batch: what each trial and probe measured, the search's
-    predicted line, and the bound it searched under (at 90%: the headroom it keeps)."""
+    predicted line, and the memory bound's share a split may take (:data:`MEMORY_SHARE`: the
+    headroom the recommendation and the search keep)."""
 
     points: MemoryPoints | None = None
 

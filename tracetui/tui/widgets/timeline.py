@@ -86,7 +86,7 @@ class Lane:
 
 class Timeline(Pane):
     """One median step of the selected trial drawn to scale: data, then the forward and backward
-    of each micro-batch, the optimizer and the rest; a second trial stacked under it on the same
+    of each micro-batch, the optimizer and the other time (labelled as the phases' legend); a second trial stacked under it on the same
     scale to compare (``c`` picks it)."""
 
     lanes: list[Lane] = []

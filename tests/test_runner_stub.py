@@ -61,7 +61,8 @@ class StubSweep(Sweep):
 
 
 def test_the_built_in_sweep_keeps_the_turns_of_head_starts_and_ranks_exactly(tmp_path):
-    cfg = SweepConfig(splits="1x4,2x2,4x1", repeats=1, steps=8, warmup=2, runs_dir=str(tmp_path / "runs"), allow_busy=True)
+    cfg = SweepConfig(splits="1x4,2x2,4x1", repeats=1, steps=8, warmup=2, device="cpu", runs_dir=str(tmp_path / "runs"),
+                      allow_busy=True)
     sweep = StubSweep(cfg, validate(cfg))
     try:
         sweep.run()

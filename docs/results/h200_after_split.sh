@@ -25,5 +25,5 @@ tail -6 "$R/builtin.err"
 gzip -c /tmp/bi/*/events.jsonl > "$R/builtin_events.jsonl.gz"
 timeout 150 python3 -m tracetui run --export csv -o "$R/run.csv" --runs-dir /tmp/run -- python3 examples/train_lora.py \
   --no_trace --model_name_or_path qwen3-0.6b --per_device_train_batch_size 4 --gradient_accumulation_steps 1 \
-  --max_steps 16 --bf16 --output_dir /tmp/run_out --report_to none 2> "$R/run.err"
+  --max_steps 16 --bf16 true --output_dir /tmp/run_out --report_to none 2> "$R/run.err"
 tail -4 "$R/run.err"

@@ -5,6 +5,7 @@ the terminal is given back; a stalled trial is stopped; two sweeps never share a
 Every fault is injected for real: real signals to real ``python -m tracetui`` processes, on the
 tiny preset with few steps."""
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -18,6 +19,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from queue import Empty
 
 import pytest
 
@@ -380,6 +382,51 @@ def test_sigterm_while_the_worker_imports_trl_is_interrupted(stopped_sweeps):
     assert [(e["kind"], e["message"]) for e in failed] == [("interrupted", "stopped by the sweep")]
     assert read_csv(got["out"])[0]["status"] == "interrupted"
     assert "Failed to import" not in err
+
+
+def _catches_sigterm(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+def test_sigterm_while_the_worker_sets_up_is_interrupted_not_a_traceback(tmp_path):
+    """SIGTERM between the worker's handler and its reporting block (opening its log) raised
+    ``Interrupted`` where nothing caught it: a traceback on the user's terminal, no event, exit 1
+    (seen in CI, the sweep stopped by a double Ctrl-C). Here the log is a pipe with no reader, so
+    opening it waits, and the signal lands there every time."""
+    import multiprocessing as mp
+
+    from tracetui.config import SweepConfig
+    from tracetui.runner import worker
+    from tracetui.trial import Trial
+
+    log = tmp_path / "log"
+    os.mkfifo(log)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    spec = dict(run_id="s/4x1", config=SweepConfig(device="cpu").to_dict(), trial=Trial(4, 1).fields(),
+                log_path=str(log))
+    child = ctx.Process(target=worker.run, args=(spec, queue))
+    child.start()
+    events = []
+    try:
+        wait_until(lambda: _catches_sigterm(child.pid) or not child.is_alive(), 60)
+        os.kill(child.pid, signal.SIGTERM)
+        reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)  # lets the open go on, after the signal
+        child.join(60)
+        os.close(reader)
+        with contextlib.suppress(Empty):
+            while True:
+                events.append(queue.get(timeout=5))
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+    assert child.exitcode == 3
+    failed = [(e["kind"], e["message"]) for e in events if e["type"] == "run_failed"]
+    assert failed == [("interrupted", "stopped by the sweep")]
 
 
 @pytest.mark.slow

@@ -39,13 +39,17 @@ class Interrupted(BaseException):
 
 #: set once SIGTERM arrived: whatever the exception it surfaces as, the run was interrupted
 _terminated = False
+#: set once ``run`` is inside the block that reports every failure as an event: before that, an
+#: ``Interrupted`` raised by the handler would reach the terminal as a traceback
+_reporting = False
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001
     global _terminated
     _terminated = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the report must not be cut short
-    raise Interrupted()
+    if _reporting:
+        raise Interrupted()
 
 
 def _was_interrupted(exc: BaseException) -> bool:
@@ -136,6 +140,7 @@ def _thread_lock_for_progress_bars() -> None:
 def run(spec: dict, mp_queue: Any) -> None:
     """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
     gpu (index or None), log_path, parent_pid (the sweep's process)."""
+    global _reporting
     # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
     if spec.get("parent_pid"):
         release_server()
@@ -179,6 +184,9 @@ def run(spec: dict, mp_queue: Any) -> None:
     sampler = None
     code = 0
     try:
+        _reporting = True
+        if _terminated:  # SIGTERM came while the log and the queue were being set up
+            raise Interrupted()
         # forked from the fork server, the libraries are imported already: the stages say what is left
         preloaded = "trl" in sys.modules
         stages.enter("starting the device" if preloaded else "importing torch")

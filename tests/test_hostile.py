@@ -680,7 +680,8 @@ def test_a_flood_of_one_run_is_summarised_from_its_even_sample(monkeypatch):
 @pytest.mark.slow
 def test_a_real_watch_flooded_with_valid_events_samples_them_and_writes_its_summary():
     """A real watcher sent 60 000 events over its socket (eight runs' steps, more than its
-    summary's budget holds) keeps an even sample, says so, and writes the summary on Ctrl-C. How much memory and how quickly, against a million events, is the benchmark's to say
+    summary's budget holds) keeps an even sample, says so, and writes the summary on Ctrl-C.
+    How much memory and how quickly, against a million events, is the benchmark's to say
     (docs/benchmarks.md), not a test's on a shared machine."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "watch_flood.py"), "--events", "60000"],
                           capture_output=True, text=True, timeout=900)

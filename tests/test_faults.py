@@ -374,10 +374,12 @@ def _trial_killed_by_a_signal(folder: Path) -> dict:
     return dict(code=proc.returncode, err=err)
 
 
-def _fork_server_killed(folder: Path, warmup: int) -> dict:
-    """A sweep of three splits whose fork server is SIGKILLed once three steps are measured."""
+def _fork_server_killed(folder: Path) -> dict:
+    """A sweep of three splits whose fork server is SIGKILLed once three steps are measured (with
+    head starts, --warmup 3: 2x2 is built beside 1x4 and goes with the server too; the next run
+    then starts a new server as it would without them)."""
     runs, out = folder / "runs", folder / "out.csv"
-    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 30, "--warmup", warmup,
+    proc = _start(["--export", "csv", "-o", out, "--splits", "1x4,2x2,4x1", "--steps", 30, "--warmup", 3,
                    "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
     try:
         _wait(lambda: sum(e["type"] == "step" and not e["warmup"] for e in _events(runs)) >= 3
@@ -396,8 +398,8 @@ SCENARIOS = {signal.SIGINT: lambda d: _interrupted_headless(d, signal.SIGINT, gr
              signal.SIGTERM: lambda d: _interrupted_headless(d, signal.SIGTERM, group=False),
              "trial killed": _trial_killed_by_a_signal, "no terminal": _without_a_terminal}
 if sys.platform.startswith("linux"):  # (the fork server is Linux's)
-    SCENARIOS.update({("server killed", w): lambda d, w=w: _fork_server_killed(d, w) for w in (3, 1)})
-scenarios(__name__, SCENARIOS, first=[k for k in SCENARIOS if isinstance(k, tuple)])
+    SCENARIOS["server killed"] = _fork_server_killed
+scenarios(__name__, SCENARIOS, first=[k for k in SCENARIOS if k == "server killed"])
 
 
 @pytest.fixture(scope="module")
@@ -438,14 +440,13 @@ def test_a_trial_killed_by_a_signal_leaks_nothing_at_exit(faulted_sweeps):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
-@pytest.mark.parametrize("warmup", [1, 3])  # 3: with head starts, 2x2 is built and waits beside 1x4
-def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(faulted_sweeps, warmup):
+def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(faulted_sweeps):
     """Something outside tracetui (an out-of-memory killer, `pkill python`) kills the fork
     server mid-sweep: the trial forked from it goes too and says why; the next trial starts a
     new server and the sweep finishes (every later trial used to fail to start). A run built
     early (a head start) that goes with it before its first step is no run of its split: it
     runs again."""
-    got = outcome(faulted_sweeps, ("server killed", warmup))
+    got = outcome(faulted_sweeps, "server killed")
     err, servers, runs, out = got["err"], got["servers"], got["runs"], got["out"]
     assert len(servers) == 1, servers
     assert got["code"] == 1, err  # the sweep finished, but a run crashed
@@ -453,10 +454,8 @@ def test_a_fork_server_killed_from_outside_costs_one_trial_not_the_sweep(faulted
     assert rows["1x4"]["status"] == "crashed", rows["1x4"]
     assert f"its fork server (pid {servers[0]}) was killed from outside tracetui" in rows["1x4"]["message"]
     assert rows["2x2"]["status"] == "ok" and rows["4x1"]["status"] == "ok", (rows["2x2"]["message"], err[-2000:])
+    # 2x2 waited, built, beside 1x4: it went with the server, and ran again alone
     lost = [e for e in _events(runs) if e["type"] == "run_failed" and e["kind"] == "lost"]
-    if warmup >= 2:  # 2x2 waited, built, beside 1x4: it went with the server, and ran again alone
-        assert [e["run_id"].split("/")[-1] for e in lost] == ["2x2"], lost
-        assert rows["2x2"]["runs"] == "1" and "it had taken no step" in rows["2x2"]["message"]
-        assert any(e["type"] == "run_started" and e["run_id"].endswith("2x2-alone") for e in _events(runs))
-    else:
-        assert not lost
+    assert [e["run_id"].split("/")[-1] for e in lost] == ["2x2"], lost
+    assert rows["2x2"]["runs"] == "1" and "it had taken no step" in rows["2x2"]["message"]
+    assert any(e["type"] == "run_started" and e["run_id"].endswith("2x2-alone") for e in _events(runs))

@@ -13,44 +13,41 @@ pytestmark = pytest.mark.slow
 
 
 def test_ddp_world_size_2_with_gloo(tmp_path):
+    """1x4 on two ranks of a real torchrun (gloo), DDP and FSDP: each rank reports its steps under
+    the run's one id, and the trainer's settings are read back. (What DDP sends per step does not
+    depend on the accumulation: a formula of the LoRA gradients' size, checked against both
+    patterns in test_fsdp2_is_read_back_with_its_traffic; one split is enough here.)"""
     out = tmp_path / "ddp.csv"
     proc = run_main("--export", "csv", "-o", out, "--nproc-per-node", 2, "--effective-batch", 8,
-                   "--splits", "1x4,4x1", "--vary", "sharding=ddp,fsdp", "--steps", 5, "--warmup", 1,
-                   "--seq-len", 64, "--memory-limit", 20, "--runs-dir", tmp_path / "runs")
+                    "--splits", "1x4", "--vary", "sharding=ddp,fsdp", "--steps", 5, "--warmup", 1,
+                    "--seq-len", 64, "--memory-limit", 20, "--runs-dir", tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(out)
     assert [(r["trial"], r["world_size"], r["effective_batch"], r["status"]) for r in rows] == [
-        ("1x4x2 shard=ddp", "2", "8", "ok"), ("1x4x2 shard=fsdp", "2", "8", "unavailable"),
-        ("4x1x2 shard=ddp", "2", "8", "ok"), ("4x1x2 shard=fsdp", "2", "8", "unavailable")]
+        ("1x4x2 shard=ddp", "2", "8", "ok"), ("1x4x2 shard=fsdp", "2", "8", "unavailable")]
     # the trainer shards only on accelerators: on the CPU it would quietly run DDP, so the
     # trial is not started and says why
     assert "needs a CUDA GPU (accelerate shards only on accelerators" in rows[1]["message"]
-    ddp = [r for r in rows if r["status"] == "ok"]
-    assert all(r["ranks"] == "2" for r in ddp)
+    ddp = rows[0]
+    assert ddp["ranks"] == "2"
     # read back from each trainer: not sharded, no search for unused parameters (TRL/transformers
     # turn it on for a PEFT model without checkpointing; LoRA uses every trainable parameter)
-    assert {(r["sharding_used"], r["ddp_find_unused_parameters"]) for r in ddp} == {("ddp", "False")}
-    for r in ddp:
-        per_rank = [float(x) for x in r["peak_mem_gib_ranks"].split(" / ")]
-        assert len(per_rank) == 2 and float(r["peak_mem_gib"]) == pytest.approx(max(per_rank), abs=0.01)
-        # DDP all-reduces the LoRA gradients once per step, whatever the accumulation
-        assert float(r["comm_gib_per_step"]) > 0
-    assert ddp[0]["comm_gib_per_step"] == ddp[1]["comm_gib_per_step"]
-    ga4 = ddp[0]
-    assert float(ga4["comm_ms"]) >= 0 and float(ga4["backward_sync_ms"]) > 0
+    assert (ddp["sharding_used"], ddp["ddp_find_unused_parameters"]) == ("ddp", "False")
+    per_rank = [float(x) for x in ddp["peak_mem_gib_ranks"].split(" / ")]
+    assert len(per_rank) == 2 and float(ddp["peak_mem_gib"]) == pytest.approx(max(per_rank), abs=0.01)
+    # DDP all-reduces the LoRA gradients once per step, in the last micro-batch's backward
+    assert float(ddp["comm_gib_per_step"]) > 0
+    assert float(ddp["comm_ms"]) >= 0 and float(ddp["backward_sync_ms"]) > 0
     events = read_events(list((tmp_path / "runs").glob("*/events.jsonl"))).events
     steps = [e for e in events if e["type"] == "step"]
     assert {e["rank"] for e in steps} == {0, 1}
-    for e in steps:
-        if e["run_id"].endswith("1x4x2_shard-ddp"):
-            assert len(e["backward_ms"]) == 4 and e["backward_sync_ms"] == e["backward_ms"][-1]
+    assert all(len(e["backward_ms"]) == 4 and e["backward_sync_ms"] == e["backward_ms"][-1] for e in steps)
     # both ranks of a run share its id, and each says which rank it is
-    started = [e for e in events if e["type"] == "run_started"]
+    started = [e for e in events if e["type"] == "run_started" and e.get("mode") != "not started"]
     # each rank's start carries the sweep's settings (the memory limit the headroom rule reads)
-    assert {(e["config"]["memory_limit"], e["config"]["model"]) for e in started
-            if e.get("mode") != "not started"} == {(20, "tiny")}
-    assert sorted((e["run_id"].rsplit("/", 1)[1], e["rank"]) for e in started if e.get("mode") != "not started") == [
-        ("1x4x2_shard-ddp", 0), ("1x4x2_shard-ddp", 1), ("4x1x2_shard-ddp", 0), ("4x1x2_shard-ddp", 1)]
+    assert {(e["config"]["memory_limit"], e["config"]["model"]) for e in started} == {(20, "tiny")}
+    assert sorted((e["run_id"].rsplit("/", 1)[1], e["rank"]) for e in started) == [
+        ("1x4x2_shard-ddp", 0), ("1x4x2_shard-ddp", 1)]
 
 
 def test_parallel_lanes_on_a_fake_device_list(tmp_path):

@@ -57,7 +57,7 @@ def _script_reports_to_watch(folder: Path) -> dict:
 
 
 def _listener_killed_mid_run(folder: Path) -> dict:
-    """The example script (25 steps) reporting to a real watcher that is SIGKILLed once three
+    """The example script (15 steps) reporting to a real watcher that is SIGKILLed once three
     steps are in its log."""
     sock = folder / "sock" / "w.sock"
     runs = folder / "runs"
@@ -65,7 +65,7 @@ def _listener_killed_mid_run(folder: Path) -> dict:
     script = None
     try:
         _wait_for(sock.exists, 30)
-        script = _script("--max_steps", 25, env={"TRACETUI_SOCKET": str(sock)}, cwd=folder)
+        script = _script("--max_steps", 15, env={"TRACETUI_SOCKET": str(sock)}, cwd=folder)
 
         def steps_seen():
             logs = list(runs.glob("*/events.jsonl"))
@@ -113,7 +113,7 @@ def test_listener_killed_mid_run_script_finishes_jsonl_complete(scripts):
     events = read_events([got["folder"] / path]).events
     types = [e["type"] for e in events]
     assert types[0] == "run_started" and types[-1] == "run_finished"
-    assert [e["step"] for e in events if e["type"] == "step"] == list(range(1, 26))
+    assert [e["step"] for e in events if e["type"] == "step"] == list(range(1, 16))
 
 
 def test_show_two_logs_side_by_side(tmp_path):

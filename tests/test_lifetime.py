@@ -391,6 +391,7 @@ def _catches_sigterm(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_worker_sets_up_is_interrupted_not_a_traceback(tmp_path):
     """SIGTERM between the worker's handler and its reporting block (opening its log) raised
     ``Interrupted`` where nothing caught it: a traceback on the user's terminal, no event, exit 1

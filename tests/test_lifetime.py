@@ -418,9 +418,9 @@ def test_sigterm_while_the_worker_sets_up_is_interrupted_not_a_traceback(tmp_pat
         reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)  # lets the open go on, after the signal
         child.join(60)
         os.close(reader)
-        with contextlib.suppress(Empty):
-            while True:
-                events.append(queue.get(timeout=5))
+        with contextlib.suppress(Empty):  # (none at all before the fix)
+            while not any(e["type"] == "run_failed" for e in events):
+                events.append(queue.get(timeout=10))
     finally:
         if child.is_alive():
             child.kill()

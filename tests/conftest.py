@@ -62,6 +62,9 @@ def pytest_terminal_summary(terminalreporter):
     2.1-2.3 s when the same suite took 318 s an hour later, nothing else running."""
     if os.environ.get("PYTEST_XDIST_WORKER") or not sys.platform.startswith("linux"):
         return
+    ran = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, ())]
+    if not any("slow" in getattr(r, "keywords", {}) for r in ran):  # (a quick run: no need to know)
+        return
     proc = subprocess.Popen([sys.executable, "-c", "import torch"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)

@@ -124,6 +124,7 @@ LAZY_FOR_A_REASON = {
     ("tracetui", "tracetui.attach"),
     # in the user's interpreter from its start: tracetui comes in only once transformers does
     ("tracetui.inject.sitecustomize", "tracetui.attach"),
+    ("tracetui.inject.sitecustomize", "tracetui.probe.apply"),
 }
 
 

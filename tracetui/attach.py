@@ -15,7 +15,8 @@ import time
 from . import envvars
 from .analysis import StopRule
 from .events import RUN_FINISHED, RUN_STAGE, RUN_STARTED, make
-from .knobs import SHORT
+from .knobs import SHORT, trained_settings
+from .probe import apply
 from .probe.environment import environment
 from .probe.gpu import GpuSampler, physical_index
 from .trial import Trial
@@ -127,7 +128,7 @@ def _make_trace_callback():
                                    "and the later one was stopped after its first step"))
             sink.close()
 
-        def _begin(self, args, state, control, model, optimizer=None):
+        def _begin(self, args, state, control, model, optimizer=None, kwargs_loader=None):
             from .probe.callback import missing_callback_events
 
             why = missing_callback_events()
@@ -139,12 +140,14 @@ def _make_trace_callback():
             self.sink = self._sink(rank)
             Probe.on_train_begin(self, args, state, control, model=model, optimizer=optimizer)
             self.rank = rank
-            mb = int(args.per_device_train_batch_size)
+            mb = _loader_batch(kwargs_loader) or int(args.per_device_train_batch_size)
             ga = int(args.gradient_accumulation_steps)
             device = "cuda" if self.cuda else "cpu"
             env = environment(device) if device == "cpu" or _cuda_ready() else {"device": device}
             self._t0 = time.time()
-            trial = Trial(mb, ga, world, _varied_from_sweep())
+            self.settings.update(_how_applied())
+            # what the trainer really trains with, read back: the sweep compares it with its plan
+            trial = Trial(mb, ga, world, trained_settings(_varied_from_sweep(), self.settings))
             self._emit(make(RUN_STARTED, self.run_id, label=trial.label(SHORT), **trial.fields(),
                             rank=rank, global_rank=global_rank, pid=os.getpid(), env=env, mode="attach",
                             config=dict(self.sweep_config or {}, steps=int(state.max_steps or 0),
@@ -220,6 +223,26 @@ def _make_trace_callback():
                 pass
 
     return TraceCallback
+
+
+def _loader_batch(loader) -> int | None:
+    """The rows per micro-batch the trainer's data loader really yields (the trainer copies the
+    batch size when it is built: a later change of ``trainer.args`` may not reach it)."""
+    for size in (getattr(loader, "batch_size", None), getattr(getattr(loader, "batch_sampler", None), "batch_size", None)):
+        if isinstance(size, int) and size > 0:
+            return size
+    return None
+
+
+def _how_applied() -> dict:
+    """How a sweep's plan reached the trainer, and where the script built its arguments
+    (:mod:`tracetui.probe.apply`): keys of the run's read-back settings."""
+    out: dict = {}
+    if apply.APPLIED:
+        out["applied"] = {k: dict(v) for k, v in apply.APPLIED.items()}
+    if apply.ORIGIN:
+        out["args_origin"] = dict(apply.ORIGIN)
+    return out
 
 
 def _varied_from_sweep() -> dict:

@@ -224,6 +224,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("peak_mem_gib_ranks", unit="GiB", help="each rank's peak memory, rank 0 first"),
     Column("ranks", "ranks", cell=_ranks), Column("slowest_rank"), Column("rank_spread_pct", unit="%"),
     Column("message"),
+    Column("trained", help="a run whose trainer read back another split or setting than planned: what it "
+                           "trained (its row keeps the plan's name; never pooled, no verdict)"),
+    Column("split_applied", help="a swept script: how the split reached its trainer (command line, the script's "
+                                 "own value, or applied by tracetui inside the trainer: Trainer(args=...), "
+                                 "trainer.args before train())"),
     # how far the numbers can be trusted
     Column("ci_scope", help="runs: intervals carry the spread between fresh processes; steps: one run's steps only"),
     Column("too_few_steps"), Column("busy", help="why a run counts as taken on a busy machine"),

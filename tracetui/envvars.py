@@ -8,7 +8,7 @@ Who sets what:
 - the fork server keeps the user's own NVML check as ``USER_NVML_CHECK``
   (:mod:`tracetui.runner.lifetime`);
 - a swept script and ``tracetui run``'s command get ``SOCKET``, ``WARMUP`` and ``OWNER_PID``; a
-  swept one also ``RUN_ID``, ``VARIED``, ``STARTED_AT`` and, under ``--until-confident``,
+  swept one also ``RUN_ID``, ``VARIED``, ``PLAN``, ``STARTED_AT`` and, under ``--until-confident``,
   ``UNTIL_CONFIDENT`` and ``REFERENCES`` (:mod:`tracetui.runner.script`,
   :mod:`tracetui.runner.supervise`), and ``FORKED`` when its run is forked
   (:mod:`tracetui.runner.forkrun`);
@@ -43,6 +43,7 @@ STARTED_AT = "TRACETUI_STARTED_AT"
 UNTIL_CONFIDENT = "TRACETUI_UNTIL_CONFIDENT"
 REFERENCES = "TRACETUI_REFERENCES"
 VARIED = "TRACETUI_VARIED"
+PLAN = "TRACETUI_PLAN"
 TRIAL = "TRACETUI_TRIAL"
 HEAD_STARTS = "TRACETUI_HEAD_STARTS"
 USER_NVML_CHECK = "TRACETUI_USER_NVML_CHECK"
@@ -91,6 +92,8 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
            max_len=1 << 20, by_tracetui=True),
     EnvVar(VARIED, "the varied settings of a swept script's trial", "json", max_len=1 << 20,
            by_tracetui=True),
+    EnvVar(PLAN, "the trainer arguments a swept script's run trains with (applied inside its trainer)", "json",
+           max_len=1 << 20, by_tracetui=True),
     EnvVar(TRIAL, "a process of a sweep", "flag", by_tracetui=True),
     EnvVar(HEAD_STARTS, "a run that may have the next one built beside it", "flag", by_tracetui=True),
     EnvVar(USER_NVML_CHECK, "the user's own NVML setting, kept for trials", "flag", by_tracetui=True),

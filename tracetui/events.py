@@ -42,7 +42,10 @@ SWEEP = "sweep"
 #: Failure kinds a run can end with. ``unavailable``: a varied setting cannot run here (a
 #: package missing, a kernel this device lacks, a compile that fails); ``skipped``: a planner
 #: decided not to start it (predicted not to fit in memory)
-FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped")
+#: ``mismatch``: its trainer read back another split or setting than the plan
+#: (:func:`tracetui.runner.supervise.as_planned`)
+MISMATCH = "mismatch"
+FAIL_KINDS = ("oom", "error", "crashed", "interrupted", "stalled", "unavailable", "skipped", MISMATCH)
 #: attempts that are no run of their split, run again alone (head starts): ``crowded``, out of
 #: memory beside the next run, built early; ``lost``, built early and waiting for its turn when
 #: its fork server was killed from outside tracetui
@@ -50,8 +53,9 @@ AGAIN_KINDS = ("crowded", "lost")
 #: every kind a run_failed may have: the failures, and the attempts run again
 RUN_FAILED_KINDS = FAIL_KINDS + AGAIN_KINDS
 #: failures nobody planned (not a memory bound, a skip, a setting unavailable here or a stop):
-#: a sweep with one exits 1, whatever else finished
-UNPLANNED_KINDS = ("crashed", "error", "stalled")
+#: a sweep with one exits 1, whatever else finished (``mismatch``: its trainer read back another
+#: split or setting than the plan, :func:`tracetui.runner.supervise.as_planned`)
+UNPLANNED_KINDS = ("crashed", "error", "stalled", MISMATCH)
 
 _NUM = (int, float)
 _NONE = type(None)
@@ -85,6 +89,8 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         "rank": (int,), "global_rank": (int,), "precision": (str, _NONE), "env": (OBJ,), "config": (OBJ,),
         "settings": (OBJ,), "quiet": (OBJ, _NONE), "gpu": (int, _NONE), "log_path": (str, _NONE),
         "mode": (str,), "max_steps": (int, _NONE), "varied": (OBJ,), "why": (str,),
+        # a run whose trainer read back another trial than its plan: what it trained
+        "trained": (str,), "trained_fields": (OBJ,),
     },
     STEP: {
         **{p.field: (NUMS,) if p.per_micro else _NUM for p in PHASES},  # declared once (phases.py)

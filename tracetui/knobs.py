@@ -54,6 +54,12 @@ class Knob:
     aliases: tuple[str, ...] = ()
     help: str = ""
     extra: dict = field(default_factory=dict)
+    #: the value a run really trained with, from its read-back settings
+    #: (:func:`tracetui.probe.settings.read_back`); None where they do not say
+    read: Callable[[dict], Any] = lambda s: None
+    #: where the library that takes the value declares what it accepts (None: ``values``, or any):
+    #: checked before anything runs (:func:`tracetui.accepted.refusal`)
+    accepts: Declared | None = None
 
     def coerce(self, raw: Any) -> Any:
         """``raw`` (a string from --vary, or a TOML value) as this knob's type, or ValueError."""
@@ -123,9 +129,14 @@ def _sharding(value: str) -> dict:
     return {"fsdp": "", "ddp_find_unused_parameters": False}
 
 
+def _bool_of(key: str) -> Callable[[dict], bool | None]:
+    return lambda s: None if s.get(key) is None else bool(s[key])
+
+
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("activation_checkpointing", "ckpt", bool, (False, True), sft=_checkpointing,
          script=_flag("gradient_checkpointing"), aliases=("gradient_checkpointing", "checkpointing", "ckpt"),
+         read=lambda s: s.get("activation_checkpointing"),
          help="recompute activations in backward: less memory, more compute"),
     Knob("attn_implementation", "attn", str, ("sdpa", "eager", "flex_attention", "flash_attention_2",
                                               "flash_attention_3"),
@@ -135,41 +146,52 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          requires=lambda v: ((("flash_attn", "flash-attn"),) if v == "flash_attention_2" else
                              (("flash_attn_interface", "flash-attn-3"),) if v == "flash_attention_3" else ()),
          needs_gpu=lambda v: v.startswith("flash_attention"), aliases=("attn", "attention"),
+         read=lambda s: s.get("attn_implementation"),
          help="the attention kernel"),
     Knob("liger", "liger", bool, (False, True), sft=lambda v: {"use_liger_kernel": bool(v)},
          script=_flag("use_liger_kernel"), requires=lambda v: (("liger_kernel", "liger-kernel"),) if v else (),
          needs_gpu=lambda v: bool(v), aliases=("use_liger_kernel",),
+         read=_bool_of("use_liger_kernel"),
          help="Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross-entropy)"),
     Knob("torch_compile", "compile", bool, (False, True), sft=lambda v: {"torch_compile": bool(v)},
          script=_flag("torch_compile"), aliases=("compile",),
+         read=lambda s: None if s.get("torch_compile") is None else s["torch_compile"] != "off",
          help="torch.compile the model (compile time is measured apart from step time)"),
     Knob("padding_free", "padfree", bool, (False, True), sft=lambda v: {"padding_free": bool(v)},
          script=_flag("padding_free"), aliases=("padfree",),
+         read=_bool_of("padding_free"),
          help="flatten each micro-batch into one row without padding (TRL; pays off with rows of "
               "different lengths, needs an attention kernel that takes position ids)"),
     Knob("loss_type", "loss", str, None, sft=lambda v: {"loss_type": v}, script=_flag("loss_type"),
+         accepts=SFT_LOSSES,
          changes_result=lambda v: v not in ("nll", "chunked_nll"), aliases=("loss",),
+         read=lambda s: s.get("loss_type"),
          help="TRL's loss computation (nll; chunked_nll where the installed TRL has it; dft is a "
               "different objective and is flagged)"),
     Knob("dataloader_workers", "workers", int, None, sft=lambda v: {"dataloader_num_workers": int(v)},
          script=_flag("dataloader_num_workers"), aliases=("dataloader_num_workers", "workers"),
+         read=lambda s: s.get("dataloader_num_workers"),
          help="data-loading processes"),
     Knob("pin_memory", "pin", bool, (False, True), sft=lambda v: {"dataloader_pin_memory": bool(v)},
          script=_flag("dataloader_pin_memory"), aliases=("dataloader_pin_memory", "pin"),
+         read=_bool_of("dataloader_pin_memory"),
          help="pinned host memory for batches"),
-    Knob("optim", "optim", str, None, sft=lambda v: {"optim": v}, script=_flag("optim"),
-         aliases=("optimizer",), help="the optimizer's kernel: adamw_torch_fused, adamw_torch, ..."
+    Knob("optim", "optim", str, None, sft=lambda v: {"optim": v}, script=_flag("optim"), accepts=OPTIMIZERS,
+         aliases=("optimizer",), read=lambda s: s.get("optim_asked"),
+         help="the optimizer's kernel: adamw_torch_fused, adamw_torch, ..."
                                       " (the same update; other optimizers are flagged by the loss check)"),
     Knob("qlora", "4bit", bool, (False, True), model=lambda v: {"load_in_4bit": True} if v else {},
          script=lambda v: ["--load_in_4bit", "true" if v else "false"],
          script_note="a TRL ModelConfig flag: the script must parse ModelConfig",
          requires=lambda v: (("bitsandbytes", "bitsandbytes"),) if v else (), needs_gpu=lambda v: bool(v),
          changes_result=lambda v: bool(v), aliases=("load_in_4bit", "4bit"),
+         read=_bool_of("loaded_in_4bit"),
          help="a 4-bit (NF4) base model: QLoRA; changes the numerics, so it is compared and flagged"),
     Knob("sharding", "shard", str, ("ddp", "fsdp"), sft=_sharding, aliases=("fsdp", "shard"),
          # accelerate shards only on accelerators: on the CPU the trainer would quietly run DDP
          needs_gpu=lambda v: v == "fsdp",
          extra={"gpu_why": "accelerate shards only on accelerators; on the CPU the trainer runs DDP"},
+         read=lambda s: None if s.get("sharding_used") is None else "fsdp" if str(s["sharding_used"]).startswith("fsdp") else "ddp",
          help="with --nproc-per-node above 1: ddp (every rank holds the whole model) or fsdp (FSDP2 "
               "full shard, one unit per decoder layer: parameters all-gathered in each forward and "
               "backward, gradients reduce-scattered)"),
@@ -194,6 +216,18 @@ def sft_args(values: dict[str, Any], known: set[str] | None = None) -> dict[str,
             out.update(knob.sft(values[name]))
     if known is not None:
         out = {k: v for k, v in out.items() if k in known}
+    return out
+
+
+def trained_settings(planned: dict[str, Any], settings: dict) -> dict[str, Any]:
+    """The varied settings a run really trained with, read back (``settings``: its
+    ``run_settings``), for those of ``planned``; where the read-back does not say, the planned
+    value stands."""
+    out = {}
+    for name, value in planned.items():
+        knob = KNOBS.get(name)
+        seen = knob.read(settings) if knob is not None else None
+        out[name] = value if seen is None else seen
     return out
 
 

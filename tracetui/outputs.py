@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 import shlex
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
+from .analysis.applied import derived_note
+from .analysis.between import closing_notes
 from .emit import config_trainer, winning_command, winning_line, write_config
 from .export import steps_csv, summary_csv, summary_json
+from .paths import OutputRefused, output_file_problem, write_whole
 from .runner.launch import DROPPED
 from .trial import Trial
 
@@ -81,16 +83,21 @@ class Written:
         """What the command says as it ends, in every mode (without the ``tracetui:`` prefix)."""
         failed = [f"warning: {r['trial']}: {r['message'] or r['status']}" for r in self.rows
                   if r.get("runs_failed") and set(r.get("failed_kinds") or ()) - {"skipped", "interrupted"}]
-        return ([f"error: {e}" for e in self.errors] + self.wrote + failed + self.answer.lines() + self.handoff)
+        applied = list(dict.fromkeys(n for n in (derived_note(r.get("settings") or {}) for r in self.rows) if n))
+        applied += closing_notes(self.rows)  # the trainer's work between steps, its early stops
+        return ([f"error: {e}" for e in self.errors] + self.wrote + failed + [f"note: {n}" for n in applied]
+                + self.answer.lines() + self.handoff)
 
 
 class Outputs:
     """The outputs one command asked for, and the one place that writes them.
 
     ``summary``: a path, or ``-`` for stdout. An existing regular file is replaced only if this
-    writer wrote it before or ``force`` is set; a symbolic link is never written through; a file
-    is replaced whole (written beside it, then renamed), so a reader never sees half of one; a
-    device or a pipe (``/dev/stdout``) is written into."""
+    writer wrote it before or ``force`` is set; a file is replaced whole (written beside it, then
+    renamed), so a reader never sees half of one. Nothing at a path is ever opened: a symbolic
+    link, a FIFO, a socket or a device (``/dev/full``) found there is refused, as it was before
+    anything ran (:func:`tracetui.session.check_outputs`). A write that fails (a full disk) is
+    one line among the closing lines, which still give the answer."""
 
     def __init__(self, summary: str, fmt: str = "csv", *, steps: str | None = None, emit_config: str | None = None,
                  force: bool = False, project_steps: int | None = None, policy: Policy = Policy(),

@@ -10,17 +10,22 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import stat
 from pathlib import Path
 
 from .analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
-from .config import MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, validate, whole_number
-from .events import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
-from .knobs import SHORT
+from .config import (MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, output_settings, validate,
+                     whole_number)
+from .events import MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
+from .accepted import refusal as accepted_refusal, valid_list
+from .knobs import KNOBS, SHORT
 from .outputs import Outputs
+from .paths import output_file_problem
+from .runner.launch import ConfigFile, environment_of, launcher_for
 from .runner.lifetime import check_start_env, forking, trial_context
 from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
 from .runner.sweep import Sweep
-from .text import say
+from .text import clean, say
 from .trial import Trial
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -401,6 +406,8 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
         return EXIT_NONE_OK
     if need_ok and any(k in UNPLANNED_KINDS for r in rows for k in r.get("failed_kinds") or ()):
         return EXIT_NONE_OK
+    if any(MISMATCH in (r.get("failed_kinds") or ()) for r in rows):
+        return EXIT_NONE_OK  # a run that trained another trial than planned: in a replay or a watch too
     return EXIT_OK
 
 

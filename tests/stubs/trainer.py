@@ -25,6 +25,7 @@ def step_fields(mb: int, ga: int, step: int) -> dict:
 
 
 def flag(name: str, default: int) -> int:
+    """The script's arguments from its command line, as an HfArgumentParser script reads them."""
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
 

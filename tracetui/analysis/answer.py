@@ -5,10 +5,10 @@ made), the recommendation (the fastest trial that fits and computes the same, wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..columns import fmt_duration, fmt_gib
-from ..events import RUN_FAILED_KINDS
+from ..events import MISMATCH, RUN_FAILED_KINDS
 from ..knobs import KNOBS
 from ..knobs import sft_args as knob_sft_args
 from .diagnosis import MEMORY_SHARE
@@ -31,6 +31,19 @@ def held_back(group: list[dict], allow_busy: bool = False) -> str | None:
     if changed:
         return f"held back: {changed[0]['env_changed']}"
     return None
+
+
+def not_as_planned(rows: list[dict]) -> dict[tuple, str]:
+    """(machine, effective batch) -> why no answer is given for it: a trial whose runs trained
+    another split or setting than planned (:func:`tracetui.runner.supervise.as_planned`). The
+    others' answer would look complete while a planned split was never measured."""
+    out: dict[tuple, list[str]] = {}
+    for r in rows:
+        if MISMATCH in (r.get("failed_kinds") or ()) or r.get("status") == MISMATCH:
+            trained = f" (trained {r['trained']})" if r.get("trained") else ""
+            out.setdefault((r["machine"], r["effective_batch"]), []).append(f"{r['trial']}{trained}")
+    return {k: f"{_and(v)} did not train what was planned, so the splits were not all measured"
+            for k, v in out.items()}
 
 
 def busy_mark(group: list[dict]) -> str:
@@ -73,9 +86,16 @@ def verdict(rows: list[dict], policy: Policy = Policy()) -> str:
     for r in rows:
         if r.get("step_ms_median") and r["status"] not in RUN_FAILED_KINDS:  # a failed split is not ranked
             groups.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
+    unplanned = not_as_planned(rows)
+    for machine, eb in unplanned:
+        if not any(k[:2] == (machine, eb) for k in groups):
+            groups[(machine, eb, 0)] = []
     multi_machine = len({k[0] for k in groups}) > 1
     for (machine, eb, _ws), group in groups.items():
         where = f" on {machine}" if multi_machine else ""
+        if (machine, eb) in unplanned:
+            lines.append(f"effective batch {eb}{where}: no verdict ({unplanned[(machine, eb)]})")
+            continue
         fastest = min(group, key=lambda r: r["step_ms_median"])
         slowest = max(group, key=lambda r: r["step_ms_median"])
         mem = ""
@@ -162,9 +182,15 @@ def _recommend(rows: list[dict], policy: Policy):
     for r in rows:
         if r.get("step_ms_median") and r["status"] == "ok":
             groups.setdefault((r["machine"], r["effective_batch"]), []).append(r)
+    unplanned = not_as_planned(rows)
+    for key in unplanned:
+        groups.setdefault(key, [])
     for (_m, eb), group in groups.items():
         if (_m, eb) in unfinished:
             continue  # no advice while splits of this effective batch are still running
+        if (_m, eb) in unplanned:
+            yield None, f"effective batch {eb}: no recommendation ({unplanned[(_m, eb)]})"
+            continue
         group = [r for r in group if r.get("loss_finite", True)]  # a run whose loss went NaN diverged
         if not group:
             yield None, f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)"

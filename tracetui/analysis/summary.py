@@ -16,6 +16,8 @@ from ..flops import Profile, peak_tflops, profile_of_config, step_work
 from ..knobs import SHORT
 from ..phases import FIELDS
 from ..presets import PRESETS
+from .applied import split_applied
+from .between import add_between, row_stop
 from .compare import add_speedups, between_run_spread, cached_boots, run_medians
 from .diagnosis import diagnose
 from .loss import add_loss_check, add_result_changes, loss_curve, precision_mode
@@ -340,6 +342,12 @@ def _add_settings(row: dict, runs: list[RunData]) -> None:
     for name in SETTING_COLUMNS:
         row[name] = first.get(name, row.get(name))  # a log without read-back keeps what it had
     row["settings"] = first
+    how = split_applied(first)
+    if how:
+        row["split_applied"] = how
+    trained = sorted({str(r.started["trained"]) for r in runs if r.started.get("trained")})
+    if trained:
+        row["trained"] = ", ".join(trained)
     differ = sorted({k for s in have[1:] for k in SETTING_COLUMNS if s.get(k) != first.get(k)})
     if differ:
         row["message"] = "; ".join(x for x in (row.get("message"), "runs differ in " + ", ".join(differ)) if x)

@@ -1,6 +1,8 @@
 """Loaded through PYTHONPATH by ``tracetui sweep`` (and its data-parallel runs): adds a
-TraceCallback to every transformers ``Trainer`` the unmodified training script builds, makes every
-Python process of the run die with tracetui, then runs any sitecustomize it shadows."""
+TraceCallback to every transformers ``Trainer`` the unmodified training script builds, applies the
+sweep's plan for the run inside that trainer (:mod:`tracetui.probe.apply`: the split and settings
+reach it wherever the script set its own), makes every Python process of the run die with
+tracetui, then runs any sitecustomize it shadows."""
 
 import importlib.abc
 import importlib.machinery
@@ -67,32 +69,127 @@ def _unmeasured(exc: BaseException) -> None:
     sys.stderr.write("".join(c if c.isprintable() else "?" for c in said)[:600] + "\n")
 
 
+def _planned() -> bool:
+    """Whether this run has a sweep's plan to apply inside its trainer (``tracetui sweep``)."""
+    return bool(os.environ.get("TRACETUI_PLAN"))
+
+
+def _apply(name: str, *args) -> None:
+    """``tracetui.probe.apply.<name>(*args)``, never raising into training."""
+    try:
+        from tracetui.probe import apply
+
+        getattr(apply, name)(*args)
+    except Exception as exc:  # noqa: BLE001 - measuring must never stop training
+        _unmeasured(exc)
+
+
+def _wrap_init(cls) -> None:
+    """``cls.__init__`` (a Trainer or a subclass that defines its own) applies the sweep's plan to
+    the arguments it is given, before the library's own code reads them; the outermost one also
+    adds the probe once the trainer is built."""
+    original = cls.__dict__.get("__init__")
+    if original is None or getattr(original, "_tracetui", False):
+        return
+    import inspect
+
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    def __init__(self, *args, **kwargs):
+        outer = not self.__dict__.get("_tracetui_building")
+        if outer:
+            self.__dict__["_tracetui_building"] = True
+            _TRACETUI_MARKS.setdefault("trainer", time.time())
+        try:
+            if _planned():
+                try:
+                    given = signature.bind_partial(self, *args, **kwargs).arguments if signature else kwargs
+                except TypeError:
+                    given = kwargs
+                if given.get("args") is not None:
+                    _apply("apply_to_trainer", given.get("args"), given.get("model"))
+            original(self, *args, **kwargs)
+        finally:
+            if outer:
+                self.__dict__.pop("_tracetui_building", None)
+        if outer:
+            try:
+                from tracetui.attach import TraceCallback
+
+                if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
+                    self.add_callback(TraceCallback())
+            except Exception as exc:  # noqa: BLE001 - measuring must never stop training
+                _unmeasured(exc)
+
+    __init__._tracetui = True
+    __init__.__wrapped__ = original
+    cls.__init__ = __init__
+
+
 def _patch_trainer(module) -> None:
     trainer_cls = getattr(module, "Trainer", None)
     if trainer_cls is None or getattr(trainer_cls, "_tracetui_patched", False):
         return
-    original = trainer_cls.__init__
+    # every Trainer class: this one, those defined already (a forked run's server imported TRL),
+    # and those defined later (TRL's, Unsloth's generated ones)
+    todo = [trainer_cls]
+    while todo:
+        cls = todo.pop()
+        _wrap_init(cls)
+        todo.extend(cls.__subclasses__())
+    own_hook = trainer_cls.__dict__.get("__init_subclass__")
 
-    def __init__(self, *args, **kwargs):
-        _TRACETUI_MARKS.setdefault("trainer", time.time())
-        original(self, *args, **kwargs)
-        try:
-            from tracetui.attach import TraceCallback
+    def __init_subclass__(cls, **kwargs):
+        if own_hook is not None:
+            own_hook.__func__(cls, **kwargs)
+        else:
+            super(trainer_cls, cls).__init_subclass__(**kwargs)
+        _wrap_init(cls)
 
-            if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
-                self.add_callback(TraceCallback())
-        except Exception as exc:  # noqa: BLE001 - measuring must never stop training
-            _unmeasured(exc)
-
-    trainer_cls.__init__ = __init__
+    trainer_cls.__init_subclass__ = classmethod(__init_subclass__)
     trainer_cls._tracetui_patched = True
+    train = getattr(trainer_cls, "train", None)
+    if train is None:
+        return
+
+    def train_with_plan(self, *args, **kwargs):
+        if _planned():
+            _apply("apply_before_train", self)
+        return train(self, *args, **kwargs)
+
+    train_with_plan.__wrapped__ = train
+    trainer_cls.train = train_with_plan
+
+
+def _patch_arguments(module) -> None:
+    """``TrainingArguments`` notes where the script built each one (the handoff names that line)."""
+    cls = getattr(module, "TrainingArguments", None)
+    if cls is None or getattr(cls, "_tracetui_patched", False) or not hasattr(cls, "__post_init__"):
+        return
+    post_init = cls.__post_init__
+
+    def __post_init__(self, *args, **kwargs):
+        if _planned():
+            _apply("note_origin", self)
+        return post_init(self, *args, **kwargs)
+
+    cls.__post_init__ = __post_init__
+    cls._tracetui_patched = True
+
+
+#: the modules patched right after their first import, and how
+_PATCHES = {"transformers.trainer": _patch_trainer, "transformers.training_args": _patch_arguments}
 
 
 class _TrainerFinder(importlib.abc.MetaPathFinder):
-    """Patches ``transformers.trainer`` right after it is first imported."""
+    """Patches ``transformers.trainer`` and ``transformers.training_args`` right after each is
+    first imported."""
 
     def find_spec(self, name, path, target=None):
-        if name != "transformers.trainer":
+        if name not in _PATCHES:
             return None
         sys.meta_path.remove(self)
         try:
@@ -105,16 +202,18 @@ class _TrainerFinder(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch_trainer(module)
+            _PATCHES[name](module)
 
         spec.loader.exec_module = exec_and_patch
         return spec
 
 
 if os.environ.get("TRACETUI_SOCKET"):
-    if "transformers.trainer" in sys.modules:  # a run forked from tracetui's server: imported already
-        _patch_trainer(sys.modules["transformers.trainer"])
-    else:
+    # a run forked from tracetui's server has them imported already; else they are patched as they come
+    for _name, _patch in _PATCHES.items():
+        if _name in sys.modules:
+            _patch(sys.modules[_name])
+    if not all(_name in sys.modules for _name in _PATCHES):
         sys.meta_path.insert(0, _TrainerFinder())
 
 # Chain to the sitecustomize this file shadows, if there is one (a forked run's server ran it).

@@ -167,6 +167,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "max_grad_norm": _arg(args, "max_grad_norm"),
         "seed": _arg(args, "seed"),
         "sharding_used": sharding,
+        "loaded_in_4bit": bool(getattr(model, "is_loaded_in_4bit", False)) if model is not None else None,
         "ddp_find_unused_parameters": _arg(args, "ddp_find_unused_parameters") if sharding == "ddp" else None,
         "comm_gib_per_step": comm_gib,
         "comm_pattern": comm_pattern,

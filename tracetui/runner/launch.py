@@ -34,8 +34,14 @@ import yaml
 from ..config import ConfigError
 from ..knobs import KNOBS, fmt, script_args
 from ..trial import Trial
+from .yaml_edit import EditError, edit
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
+#: what marks a script that reads its trainer's arguments from its command line
+PARSER_MARKS = ("HfArgumentParser", "TrlParser", "parse_args_into_dataclasses")
+#: how a dry run says that a script gets its split inside its trainer alone
+NOT_GIVEN = ("the script parses no HfArgumentParser flags: the split and settings are applied "
+             "inside its trainer")
 #: launchers of several processes: flags go after their script, the world size is theirs
 LAUNCHERS = {"accelerate": ("--num_processes", "--num-processes"),
              "torchrun": ("--nproc-per-node", "--nproc_per_node"),
@@ -47,10 +53,15 @@ YAML_SUFFIXES = (".yml", ".yaml")
 @dataclass
 class TrialCommand:
     """One trial's command: ``argv``; ``changed``: (key, old, new) for each key a config-file
-    trainer's copy changed; ``copy``: the copy's path and text (written when the run starts)."""
+    trainer's copy changed; ``copy``: the copy's path and text (written when the run starts);
+    ``given``: whether the command itself carries the split (flags, a copy), or the split reaches
+    the script only inside its trainer (:mod:`tracetui.probe.apply`); ``said``: what the copy's
+    edit did beside the changed keys (an alias written out), one line each."""
     argv: list[str]
     changed: list[tuple[str, Any, Any]] = field(default_factory=list)
     copy: tuple[Path, str] | None = None
+    given: bool = True
+    said: list[str] = field(default_factory=list)
 
     def write(self) -> None:
         if self.copy is not None:
@@ -62,7 +73,9 @@ class TrialCommand:
         line = shlex.join(self.argv)
         if self.changed:
             line += "; changes " + ", ".join(f"{k} {_show(old)} -> {_show(new)}" for k, old, new in self.changed)
-        return line
+        if not self.given:
+            line += f"; {NOT_GIVEN}"
+        return "; ".join([line, *self.said])
 
 
 class _Dropped:
@@ -102,6 +115,21 @@ def _option(args: list[str], names: tuple[str, ...]) -> str | None:
         if flag in names:
             return value if eq else (args[i + 1] if i + 1 < len(args) else None)
     return None
+
+
+def takes_flags(cmd: list[str]) -> bool:
+    """Whether ``cmd``'s script reads its trainer's arguments from its command line: a module or
+    console script (``trl sft``) is taken to; a ``.py`` file only where its source parses them
+    (:data:`PARSER_MARKS`). A script that builds its arguments itself would ignore the flags, or
+    refuse ones its own parser does not know: it gets its split inside its trainer alone."""
+    program = script_parts(cmd)[1]
+    if not program.endswith(".py"):
+        return True
+    try:
+        text = Path(program).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    return any(mark in text for mark in PARSER_MARKS)
 
 
 def world_size(cmd: list[str]) -> tuple[int, str]:
@@ -147,6 +175,8 @@ class Flags:
     def trial_command(self, cmd: list[str], trial: Trial, folder: Path | None = None) -> TrialCommand:
         """The command for ``trial``; ``folder``: where the run's own files go (one folder per
         run: a run never resumes from another's checkpoints; None: a dry run, nothing written)."""
+        if not takes_flags(cmd):
+            return TrialCommand(list(cmd), given=False)
         return TrialCommand(cmd + [SPLIT_FLAGS[0], str(trial.micro_batch), SPLIT_FLAGS[1], str(trial.grad_accum)]
                             + script_args(trial.settings_dict))
 

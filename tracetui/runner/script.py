@@ -22,15 +22,17 @@ from pathlib import Path
 from typing import Callable
 
 from .. import envvars
+from ..accepted import OPTIMIZERS, SCHEDULERS, refusal, valid_list
 from ..config import ConfigError, SweepConfig
 from ..events import make
-from ..knobs import KNOBS
+from ..knobs import KNOBS, model_args, sft_args
 from ..plan import Planner, RunSpec
 from ..store import EventLog
 from ..trial import Trial
 from ..wire import SocketListener, private_socket
 from . import forkrun
-from .launch import SPLIT_FLAGS, ForkTarget, TrialCommand, environment_of, fork_target, launcher_for, world_size
+from .launch import (SPLIT_FLAGS, ForkTarget, TrialCommand, _option, environment_of, fork_target, launcher_for,
+                     script_parts, takes_flags, world_size)
 from .lifetime import forking, restart_server_if_gone, server_pid, trial_context
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
@@ -80,6 +82,26 @@ def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:
         env.setdefault(k, v)
     env[envvars.OWNER_PID] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
     return env
+
+
+#: knobs whose trainer arguments are read as the arguments are made (``fsdp`` is parsed in
+#: ``TrainingArguments.__post_init__``): never set on a built trainer's arguments
+_SET_AT_MAKING = ("sharding",)
+
+
+def run_plan(trial: Trial, folder: Path, given: bool) -> dict:
+    """What a script's run trains with, as its trainer takes it (``TRACETUI_PLAN``, applied by
+    :mod:`tracetui.probe.apply` wherever the script set its own): the split, the varied settings'
+    trainer arguments, the attention kernel for its model, and its own output folder (a measured
+    run never writes into the user's). ``given``: the command carries them too (flags, a copy)."""
+    settings = {n: v for n, v in trial.settings if n not in _SET_AT_MAKING}
+    args = {SPLIT_FLAGS[0].lstrip("-"): trial.micro_batch, SPLIT_FLAGS[1].lstrip("-"): trial.grad_accum,
+            **sft_args(settings)}
+    if settings.get("torch_compile"):
+        args["torch_compile_backend"] = "inductor"  # what __post_init__ would have set with it
+    args["output_dir"] = str((folder / "output").resolve())
+    return {"args": args, "model": model_args({k: v for k, v in settings.items() if k == "attn_implementation"}),
+            "given": sorted(k for k in args if k != "output_dir") if given else []}
 
 
 def script_notes(varied: dict) -> list[str]:
@@ -178,6 +200,7 @@ class ScriptSweep(SweepBase):
         name = spec.run_id.split("/", 1)[1].replace("#", "_r")
         log_path = self.dir / (name + ".log")
         command = self.trial_command(spec, self.dir / name)
+        env[envvars.PLAN] = json.dumps(run_plan(spec.trial, self.dir / name, command.given))
         command.write()
         if command.changed:
             self._emit(make("notice", spec.run_id, level="info",

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from .. import envvars
-from ..events import GPU, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
+from ..events import GPU, MISMATCH, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
+from ..knobs import SHORT
 from ..plan import RunSpec
+from ..trial import Trial
 from .lifetime import die_with_this_process, launch, process_gone, start_shielded
 
 #: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
@@ -288,6 +290,36 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
     return child.exit_kind, f"exited with status {code} without reporting{said} (log: {child.log_path})"
 
 
+def as_planned(spec: RunSpec, event: dict) -> tuple[dict, str | None]:
+    """A run's ``run_started`` under its planned trial, and what differs when its trainer read
+    back another (None when it trains the plan): the run keeps its planned name and row, and says
+    what it trained, so it is never pooled with the runs of the trial it really was."""
+    try:
+        trained = Trial.from_fields(event)
+    except (KeyError, TypeError, ValueError):
+        return event, None
+    planned = spec.trial
+    if trained == planned:
+        return event, None
+    differs = []
+    if (trained.micro_batch, trained.grad_accum) != (planned.micro_batch, planned.grad_accum):
+        differs.append(f"split {trained.micro_batch}x{trained.grad_accum}")
+    if trained.world_size != planned.world_size:
+        differs.append(f"{trained.world_size} processes")
+    for name, value in planned.settings:
+        seen = trained.setting(name, value)
+        if seen != value:
+            differs.append(f"{name}={seen}")
+    said = (f"planned {planned.label(SHORT)}, trained {trained.label(SHORT)} (its trainer read back "
+            f"{', '.join(differs) or 'other settings'}): not measured as planned, never pooled with "
+            "another run, and no verdict is drawn from it")
+    rewritten = dict(event, **planned.fields(), label=spec.label, trained=trained.label(SHORT),
+                     trained_fields=trained.fields())
+    if not planned.settings:
+        rewritten.pop("varied", None)
+    return rewritten, said
+
+
 def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: threading.Event,
               stall_timeout: float | None, waiting: Callable[[], bool] | None = None) -> tuple[str, str]:
     """Run ``child`` for ``spec`` to its end and say how it ended: ``(status, message)``.
@@ -303,6 +335,7 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     term_at: float | None = None
     final_at: float | None = None
     dead_since: float | None = None
+    mismatch: str | None = None
     child.start()
     try:
         while True:
@@ -325,6 +358,17 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
                 ours = event.get("run_id") == spec.run_id
                 if ours and stalled:
                     continue  # what a stalled run sends while it is stopped is not measured
+                if ours and mismatch is not None and event.get("type") in (RUN_FINISHED, RUN_FAILED):
+                    continue  # it ended as a mismatch, whatever it says of its end
+                if ours and event.get("type") == RUN_STARTED:
+                    event, said = as_planned(spec, event)
+                    if said is not None and mismatch is None and final is None:
+                        mismatch, final, final_at = said, (MISMATCH, said), now
+                        emit(event)
+                        event = make(RUN_FAILED, spec.run_id, kind=MISMATCH, message=said)
+                        # its training goes on for nothing: stopped as a stop would
+                        term_at = now
+                        child.signal(signal.SIGTERM)
                 if ours:
                     clock.saw(event)
                     started = started or event.get("type") == RUN_STARTED

@@ -267,6 +267,25 @@ def test_how_the_split_reached_the_trainer_in_words():
     assert split_applied({}) is None
 
 
+def test_a_setting_that_would_not_reach_a_swept_script_is_refused(tmp_path):
+    """--model, --steps or --lora-r given to a script sweep used to be ignored without a word."""
+    from .conftest import run_main
+
+    script = tmp_path / "own.py"
+    script.write_text("print('never run')\n")
+    for flags, said in ((("--model", "qwen3-0.6b"), "--model: is for tracetui's built-in sweep: a swept script uses "
+                                                    "its own model"),
+                        (("--steps", "30"), "--steps: is for tracetui's built-in sweep: a swept script uses its own "
+                                            "max_steps"),
+                        (("--optim", "adamw_torch"), "--optim: does not reach a swept script's runs")):
+        proc = run_main("sweep", "--dry-run", "--splits", "1x4", *flags, "--", sys.executable, script)
+        assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = run_main("sweep", "--dry-run", "--splits", "1x4,4x1", "--", sys.executable, script)
+    assert proc.returncode == 0, proc.stderr
+    assert "the script parses no HfArgumentParser flags: the split and settings are applied inside its trainer" \
+        in proc.stdout
+
+
 def test_flags_go_only_to_a_script_that_parses_them(tmp_path):
     parses = tmp_path / "parses.py"
     parses.write_text("from transformers import HfArgumentParser\n")

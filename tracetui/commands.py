@@ -14,11 +14,12 @@ from .paths import input_file_problem
 from .plan import dry_run_lines
 from .runner.command import CommandRun
 from .runner.launch import launcher_for
-from .runner.script import ScriptSweep, check_command, check_script_exists, how_runs_start, start_line
+from .runner.script import (ScriptSweep, check_command, check_program, check_script_exists, check_script_values,
+                            check_settings_reach, how_runs_start, start_line)
 from .runner.sweep import new_sweep_id
 from .search import make_planner
 from .session import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_args, check_new, check_outputs,
-                      load_config, progress_printer, run_headless, say, write_and_report)
+                      check_writable, load_config, progress_printer, run_headless, say, write_and_report)
 from .store import EventLog, read_events
 from .text import clean
 from .wire import ListenerError, SocketListener, default_socket_path
@@ -153,8 +154,9 @@ def memory_line(results, log_path: str) -> str:
 
 def _sweep_parser() -> Parser:
     p = Parser(prog="tracetui sweep", description=(
-        "Run an unmodified HF/TRL training script once per split: tracetui sets "
-        "--per_device_train_batch_size and --gradient_accumulation_steps and attaches its probe. "
+        "Run an unmodified HF/TRL training script once per split: tracetui applies each run's split "
+        "and settings inside the script's Trainer (and as flags where the script parses them), reads "
+        "back what trained, and attaches its probe. "
         "Usage: tracetui sweep --splits 1x4,2x2,4x1 -- python train.py ARGS"))
     add_arguments(p)
     add_output_args(p)
@@ -252,9 +254,13 @@ def sweep_main(argv: list[str]) -> int:
         check_script_exists(cmd)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    cfg, splits = load_config(ns, deep=False)
+    cfg, splits = load_config(ns, deep=False, cmd=cmd)
+    try:
+        check_settings_reach(cfg)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
     if getattr(ns, "dry_run", False):  # each run's command (the script's steps and model are its own)
-
+        check_command(cmd, cfg.varied())  # what the sweep itself refuses (a --vary the command cannot take)
         launcher = launcher_for(cmd)
         for line in dry_run_lines(make_planner(cfg, splits, short_runs=False), cfg,
                                   lambda d: ": " + launcher.trial_command(cmd, d.trial).described()):

@@ -23,7 +23,8 @@ from typing import Any
 
 from .. import envvars
 
-#: how a field reached the trainer: the launcher gave it (command-line flags, a config copy)
+#: how a field reached the trainer: the launcher gave it on the command line (or, as the plan
+#: says, in a config file's copy)
 GIVEN = "command line"
 #: tracetui replaced the script's own value as the trainer was built
 AT_INIT = "Trainer(args=...)"
@@ -104,7 +105,8 @@ def _apply(args: Any, how: str) -> None:
         seen = APPLIED.get(name)
         if old == value:
             if seen is None:
-                APPLIED[name] = {"script": _plain(old), "planned": _plain(value), "how": GIVEN if name in given else SCRIPT,
+                APPLIED[name] = {"script": _plain(old), "planned": _plain(value),
+                                 "how": str(p.get("given_by") or GIVEN) if name in given else SCRIPT,
                                  "replaced": False}
             continue
         if _set(args, name, value):

@@ -43,7 +43,72 @@ def check_command(cmd: list[str], varied: dict | None = None) -> None:
     setting that cannot be set on this kind of command (:mod:`.launch`)."""
     if not cmd:
         raise ConfigError("sweep", "no training command given", "write it after --, e.g. -- python train.py")
+    check_program(cmd)
+    check_script_values(cmd)
     launcher_for(cmd).check(cmd, varied or {})
+
+
+def check_program(cmd: list[str], name: str = "sweep") -> None:
+    """Refuse a command whose program cannot be started here (not on ``PATH``, not an executable
+    file): said now, in one line, not as a traceback once the first run starts it."""
+    program = cmd[0]
+    if shutil.which(program) is not None:
+        return
+    if os.sep in program and os.path.isdir(program):
+        raise ConfigError(name, f"{program} is a folder, not a program", "give the training command, e.g. python train.py")
+    if os.sep in program and os.path.exists(program):
+        how = "python" if program.endswith(".py") else "sh" if program.endswith(".sh") else "INTERPRETER"
+        raise ConfigError(name, f"{program} is not executable",
+                          f"make it so (chmod +x {program}), or put its interpreter before it ({how} {program})")
+    raise ConfigError(name, f"{program} is not a command here (not on PATH, not an executable file)",
+                      "give the training command, e.g. python train.py")
+
+
+#: the trainer's flags whose values its library declares (:mod:`tracetui.accepted`)
+CHECKED_FLAGS = {"optim": OPTIMIZERS, "lr_scheduler_type": SCHEDULERS}
+
+
+def check_script_values(cmd: list[str], name: str = "sweep") -> None:
+    """The values a script's own command line gives its trainer's arguments whose library
+    declares what they take (``--optim``, ``--lr_scheduler_type``), against that library in the
+    script's own Python environment: a value it refuses would fail every run as it starts. Only
+    for commands known to hand those flags to the trainer (``trl sft``, a script that parses
+    them with ``HfArgumentParser``): another script's ``--optim`` may be its own."""
+    _launcher, program, args = script_parts(cmd)
+    if not (program.startswith("trl ") or (program.endswith(".py") and takes_flags(cmd))):
+        return
+    home = environment_of(cmd)
+    for arg, declared in CHECKED_FLAGS.items():
+        value = _option(args, (f"--{arg}", "--" + arg.replace("_", "-")))
+        why = refusal(declared, value, home) if value is not None else None
+        if why:
+            raise ConfigError(name, f"the command's --{arg}: {why}", valid_list(declared, home))
+
+
+#: settings of tracetui's own trainer that a swept script decides for itself, and what it uses
+SCRIPT_OWNS = {"model": "its own model", "dataset": "its own data", "dataset_split": "its own data",
+               "text_field": "its own data", "seq_len": "its own max_length", "steps": "its own max_steps",
+               "lora_r": "its own LoRA config", "lora_alpha": "its own LoRA config",
+               "lora_dropout": "its own LoRA config", "lora_targets": "its own LoRA config",
+               "precision": "its own bf16/fp16", "lr": "its own learning rate", "seed": "its own seed",
+               "device": "its own device"}
+
+
+def check_settings_reach(cfg: SweepConfig) -> None:
+    """Refuse a setting given to a script sweep that would not reach the script, rather than
+    ignore it without a word: tracetui's own trainer's settings (the script uses its own), and a
+    speed setting given for every run (a script's runs get only what ``--vary`` compares)."""
+    default = SweepConfig()
+    for name, what in SCRIPT_OWNS.items():
+        if getattr(cfg, name) != getattr(default, name):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(flag, f"is for tracetui's built-in sweep: a swept script uses {what}",
+                              "remove it, or set it in the script's own arguments")
+    for name in KNOBS:
+        if hasattr(cfg, name) and getattr(cfg, name) != getattr(default, name) and name not in cfg.varied():
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(flag, "does not reach a swept script's runs (they get only the settings --vary compares)",
+                              f"set it in the script, or compare values with --vary {name}=A,B")
 
 
 def check_script_exists(cmd: list[str]) -> None:
@@ -89,11 +154,12 @@ def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:
 _SET_AT_MAKING = ("sharding",)
 
 
-def run_plan(trial: Trial, folder: Path, given: bool) -> dict:
+def run_plan(trial: Trial, folder: Path, given: bool, by: str = "command line") -> dict:
     """What a script's run trains with, as its trainer takes it (``TRACETUI_PLAN``, applied by
     :mod:`tracetui.probe.apply` wherever the script set its own): the split, the varied settings'
     trainer arguments, the attention kernel for its model, and its own output folder (a measured
-    run never writes into the user's). ``given``: the command carries them too (flags, a copy)."""
+    run never writes into the user's). ``given``: the command carries them too (``by``: its
+    command line, or a config file's copy)."""
     settings = {n: v for n, v in trial.settings if n not in _SET_AT_MAKING}
     args = {SPLIT_FLAGS[0].lstrip("-"): trial.micro_batch, SPLIT_FLAGS[1].lstrip("-"): trial.grad_accum,
             **sft_args(settings)}
@@ -101,7 +167,7 @@ def run_plan(trial: Trial, folder: Path, given: bool) -> dict:
         args["torch_compile_backend"] = "inductor"  # what __post_init__ would have set with it
     args["output_dir"] = str((folder / "output").resolve())
     return {"args": args, "model": model_args({k: v for k, v in settings.items() if k == "attn_implementation"}),
-            "given": sorted(k for k in args if k != "output_dir") if given else []}
+            "given": sorted(k for k in args if k != "output_dir") if given else [], "given_by": by}
 
 
 def script_notes(varied: dict) -> list[str]:
@@ -200,7 +266,8 @@ class ScriptSweep(SweepBase):
         name = spec.run_id.split("/", 1)[1].replace("#", "_r")
         log_path = self.dir / (name + ".log")
         command = self.trial_command(spec, self.dir / name)
-        env[envvars.PLAN] = json.dumps(run_plan(spec.trial, self.dir / name, command.given))
+        env[envvars.PLAN] = json.dumps(run_plan(spec.trial, self.dir / name, command.given,
+                                                "its config file" if command.copy is not None else "command line"))
         command.write()
         if command.changed:
             self._emit(make("notice", spec.run_id, level="info",

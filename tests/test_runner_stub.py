@@ -91,3 +91,27 @@ def test_the_built_in_sweep_keeps_the_turns_of_head_starts_and_ranks_exactly(tmp
     assert [(r["trial"], r["step_ms_median"]) for r in rows] == [("1x4", 41.01), ("2x2", 25.01), ("4x1", 17.01)]
     assert all(r["status"] == "ok" and r["steps_measured"] == 6 for r in rows)
     assert out.answer(rows).verdict.startswith("4x1 is 2.41x faster than 1x4")
+
+
+def test_a_built_in_run_that_reads_back_another_split_keeps_its_plan_and_is_not_ranked(tmp_path):
+    """The supervisor's check is every sweep's: a built-in run whose trainer reported 1x1 where 4x1
+    was planned is the planned 4x1's row, a mismatch, unranked, its steps pooled with no one's."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "STUB_TRAINS").write_text("4x1:1x1")
+    cfg = SweepConfig(splits="1x4,4x1", repeats=1, steps=8, warmup=2, device="cpu", runs_dir=str(tmp_path / "runs"),
+                      allow_busy=True, head_start=False)
+    sweep = StubSweep(cfg, validate(cfg))
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    events = read_events([sweep.log.path]).events
+    started = {e["label"]: e for e in events if e["type"] == "run_started"}
+    assert sorted(started) == ["1x4", "4x1"] and started["4x1"]["trained"] == "1x1"
+    assert (started["4x1"]["micro_batch"], started["4x1"]["grad_accum"]) == (4, 1)
+    out = Outputs("-", "json")
+    rows = {r["trial"]: r for r in out.rows(Results().extend(events))}
+    assert rows["4x1"]["status"] == "mismatch" and rows["1x4"]["status"] == "ok" and rows["1x4"]["runs"] == 1
+    assert out.answer(list(rows.values())).verdict == (
+        "effective batch 4: no verdict (4x1 (trained 1x1) did not train what was planned, so the splits were "
+        "not all measured)")

@@ -147,6 +147,8 @@ def test_sweep_runs_unmodified_script_per_split_and_stops_it_once_settled(tmp_pa
     rows = {r["split"]: r for r in rows}
     # each run trained with its own split (read back from its Trainer), all but the warm-up step measured
     assert [(rows[s]["micro_batch"], rows[s]["grad_accum"]) for s in ("1x4", "4x1")] == [("1", "4"), ("4", "1")]
+    # an HfArgumentParser script takes the split from its command line, as before
+    assert all(r["split_applied"] == "command line" for r in rows.values()), rows
     assert rows["4x1"]["steps_measured"] == "39" and rows["4x1"]["stopped_early"] == "False"
     assert rows["1x4"]["stop_reason"] == "settled" and 5 <= int(rows["1x4"]["steps_measured"]) < 39
     # where each run's start went: the interpreter, the script's own imports, model and data, the

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from tracetui.config import ConfigError
-from tracetui.runner.launch import DROPPED, ConfigFile, Flags, fork_target, launcher_for, with_keys, world_size
+from tracetui.runner.launch import DROPPED, ConfigFile, Flags, fork_target, launcher_for, world_size
+from tracetui.runner.yaml_edit import ADDED, edit
 from tracetui.trial import Trial
 
 AXOLOTL = """\
@@ -83,7 +84,7 @@ def test_axolotl_copy_changes_the_split_keys_in_place_and_keeps_the_rest(tmp_pat
     assert text.splitlines() == [
         "base_model: ./model   # a local folder", "datasets:", "  - path: data/alpaca.jsonl", "    type: alpaca",
         "micro_batch_size: 4", "gradient_accumulation_steps: 1  # effective 4", "sequence_len: 64",
-        f"output_dir: \"{run / 'output'}\"", "gradient_checkpointing: true"]
+        f"output_dir: {run / 'output'}", ADDED, "gradient_checkpointing: true"]
     assert yaml.safe_load(text) == {**yaml.safe_load(AXOLOTL), "micro_batch_size": 4, "gradient_accumulation_steps": 1,
                                     "gradient_checkpointing": True, "output_dir": str(run / "output")}
     assert (tmp_path / "cfg.yml").read_text() == AXOLOTL  # the user's file is never written
@@ -104,7 +105,7 @@ def test_llama_factory_names_and_dry_run_copy(tmp_path):
 
 @pytest.mark.parametrize("cmd_tail, varied, said", [
     (["--micro-batch-size", "2"], {}, "the command line already sets micro_batch_size"),
-    ([], {"padding_free": [False, True]}, "padding_free has no key tracetui knows in a axolotl config"),
+    ([], {"padding_free": [False, True]}, "padding_free has no key tracetui knows in axolotl's config"),
 ])
 def test_config_file_refusals_are_one_line(tmp_path, cmd_tail, varied, said):
     (tmp_path / "cfg.yml").write_text(AXOLOTL)
@@ -127,10 +128,9 @@ def test_llama_factory_override_and_broken_yaml_are_refused(tmp_path):
         launcher_for(["lmf", "train", str(tmp_path / "list.yaml")]).check(["lmf", "train", str(tmp_path / "list.yaml")], {})
 
 
-def test_a_key_set_to_a_block_is_written_out_whole():
-    text = "micro_batch_size:\n  - 1\n  - 2\nlr: 0.1\n"
-    out = with_keys(text, yaml.safe_load(text), {"micro_batch_size": 4})
-    assert yaml.safe_load(out) == {"micro_batch_size": 4, "lr": 0.1}
+def test_a_key_set_to_a_block_is_changed_in_its_own_lines():
+    text = "micro_batch_size:  # a list, by mistake\n  - 1\n  - 2\nlr: 0.1  # kept\n"
+    assert edit(text, {"micro_batch_size": 4}).text == "micro_batch_size: 4\nlr: 0.1  # kept\n"
 
 
 # ---- which commands fork ------------------------------------------------------------------------
@@ -176,17 +176,19 @@ def test_sweep_dry_run_shows_each_copy_and_writes_nothing(tmp_path, capsys):
     from tracetui.cli import main
 
     (tmp_path / "cfg.yml").write_text(AXOLOTL)
+    axolotl = _program(tmp_path / "bin", "axolotl")
     assert main(["sweep", "--dry-run", "--splits", "1x4,4x1", "--repeats", "1", "--runs-dir", str(tmp_path / "runs"),
-                 "--", "axolotl", "train", str(tmp_path / "cfg.yml")]) == 0
+                 "--", str(axolotl), "train", str(tmp_path / "cfg.yml")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [
-        f"run 1: 1x4 (effective batch 4): axolotl train '{{copy of {tmp_path / 'cfg.yml'}}}'; changes "
+        f"run 1: 1x4 (effective batch 4): {axolotl} train '{{copy of {tmp_path / 'cfg.yml'}}}'; changes "
         "micro_batch_size 2 -> 1, gradient_accumulation_steps 2 -> 4, output_dir ./outputs/lora -> {the run's folder}/output",
-        f"run 2: 4x1 (effective batch 4): axolotl train '{{copy of {tmp_path / 'cfg.yml'}}}'; changes "
+        f"run 2: 4x1 (effective batch 4): {axolotl} train '{{copy of {tmp_path / 'cfg.yml'}}}'; changes "
         "micro_batch_size 2 -> 4, gradient_accumulation_steps 2 -> 1, output_dir ./outputs/lora -> {the run's folder}/output"]
-    assert out[2].startswith("each run starts as a fresh process (")
+    assert out[2].startswith("each run starts ")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yml"] + (["runs"] if (tmp_path / "runs").exists() else [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "cfg.yml"] + (["runs"] if (tmp_path / "runs").exists()
+                                                                               else [])
 
 
 # ---- a forked run has what the command would have had -----------------------------------------
@@ -343,3 +345,201 @@ def test_a_program_of_another_environment_runs_as_if_it_were_activated(tmp_path)
     # this environment's own programs, and programs of no Python environment, are left as they are
     assert Flags().environment([sys.executable, "t.py"], {"PATH": "/x"}) == {"PATH": "/x"}
     assert Flags().environment(["/bin/sh"], {"PATH": "/x"}) == {"PATH": "/x"}
+
+
+# ---- a config as its user wrote it: anchors, aliases, comments, flow style, quotes ---------------
+
+ANCHORED = """\
+# axolotl config, as its user wrote it
+base_model: "./model"          # quoted
+defaults: &opt {optimizer: adamw_torch, lr: 2.0e-4}
+datasets:
+  - path: data/alpaca.jsonl
+    type: alpaca
+micro_batch_size: &mb 2   # per device
+eval_batch_size: *mb      # the same as training
+gradient_accumulation_steps: 4  # effective 8
+lora_target_modules: [q_proj, v_proj]
+output_dir: './outputs/lora'
+optimizer_settings: *opt
+"""
+
+
+def _diff(before: str, after: str) -> tuple[list[str], list[str]]:
+    """The lines ``after`` lost and gained against ``before`` (difflib)."""
+    import difflib
+
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0))[2:]
+    return ([x[1:] for x in lines if x.startswith("-")], [x[1:] for x in lines if x.startswith("+")])
+
+
+def test_a_copy_changes_only_the_planned_lines_and_writes_an_alias_of_a_changed_value_out(tmp_path):
+    """micro_batch_size carries the anchor &mb, and eval_batch_size is *mb: the copy changes the
+    value in place (anchor and comment kept) and writes eval_batch_size out as the 2 it was, so
+    that the run differs from the user's file in its split alone, and says so; every other line is
+    the user's, byte for byte. The recommendation's file (--emit-config) is made the same way."""
+    from tracetui.config import SweepConfig
+    from tracetui.emit import write_config
+
+    (tmp_path / "cfg.yml").write_text(ANCHORED)
+    cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
+    launcher = launcher_for(cmd)
+    launcher.check(cmd, {"activation_checkpointing": [True]})
+    run = tmp_path / "run"
+    got = launcher.trial_command(cmd, _trial(4, 1, activation_checkpointing=True), run)
+    got.write()
+    copy = (run / "cfg.yml").read_text()
+    lost, gained = _diff(ANCHORED, copy)
+    assert lost == ["micro_batch_size: &mb 2   # per device", "eval_batch_size: *mb      # the same as training",
+                    "gradient_accumulation_steps: 4  # effective 8", "output_dir: './outputs/lora'"]
+    assert gained == ["micro_batch_size: &mb 4   # per device", "eval_batch_size: 2      # the same as training",
+                      "gradient_accumulation_steps: 1  # effective 8", f"output_dir: '{run / 'output'}'",
+                      ADDED, "gradient_checkpointing: true"]
+    user = yaml.safe_load(ANCHORED)
+    assert yaml.safe_load(copy) == {**user, "micro_batch_size": 4, "gradient_accumulation_steps": 1,
+                                    "output_dir": str(run / "output"), "gradient_checkpointing": True}
+    said = "eval_batch_size keeps 2: it was *mb, an alias of micro_batch_size's value, written out"
+    assert got.said == [said + " so that it does not change with it"] and said in got.described()
+    # the recommendation's file: the same edit, the user's output_dir, and the same said
+    row = {**_trial(4, 1, activation_checkpointing=True).fields(), "trial": "4x1 ckpt=on"}
+    _wrote, notes = write_config(str(tmp_path / "best.yml"), row, SweepConfig(), cmd)
+    best = (tmp_path / "best.yml").read_text()
+    assert _diff(ANCHORED, best) == (lost[:3], gained[:3] + gained[4:])
+    assert yaml.safe_load(best) == {**user, "micro_batch_size": 4, "gradient_accumulation_steps": 1,
+                                    "gradient_checkpointing": True}
+    assert any(n.startswith(said) for n in notes)
+    assert (tmp_path / "cfg.yml").read_text() == ANCHORED
+
+
+def test_a_split_key_that_is_an_alias_and_a_left_out_key_that_is_an_anchor(tmp_path):
+    """micro_batch_size: *two takes the planned value itself (the anchor keeps its own); axolotl's
+    batch_size, left out of the copy, carries &bs: its alias is written out as its value."""
+    text = "base: &two 2  # shared\nmicro_batch_size: *two\nbatch_size: &bs 8  # total\nlimit: *bs\n"
+    (tmp_path / "cfg.yml").write_text(text)
+    cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
+    got = launcher_for(cmd).trial_command(cmd, _trial(4, 2), tmp_path / "run")
+    got.write()
+    copy = (tmp_path / "run" / "cfg.yml").read_text()
+    assert copy.splitlines()[:3] == ["base: &two 2  # shared", "micro_batch_size: 4", "limit: 8"]
+    assert yaml.safe_load(copy) == {"base": 2, "micro_batch_size": 4, "limit": 8, "gradient_accumulation_steps": 2,
+                                    "output_dir": str(tmp_path / "run" / "output")}
+    assert got.said == ["micro_batch_size was *two: it now holds 4 itself (the anchor &two and its other uses "
+                        "keep their value)",
+                        "limit keeps 8: it was *bs, an alias of batch_size's value, written out so that it does not "
+                        "change with it"]
+
+
+def test_an_alias_of_a_block_that_would_change_is_refused_in_one_line(tmp_path):
+    (tmp_path / "cfg.yml").write_text("micro_batch_size: &blk\n  - 1\n  - 2\nother: *blk\n")
+    cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
+    with pytest.raises(ConfigError, match=r"\*blk in other is an alias of a block under micro_batch_size") as err:
+        launcher_for(cmd).check(cmd, {})
+    assert "\n" not in str(err.value)
+
+
+def _program(folder: Path, name: str, body: str = "import sys\nsys.exit(0)\n") -> Path:
+    """An executable ``name`` (a Python program of this interpreter) in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_dry_run_refuses_a_setting_the_trainer_lacks_in_the_real_runs_one_line(tmp_path):
+    from .conftest import run_main
+
+    (tmp_path / "cfg.yml").write_text(AXOLOTL)
+    axolotl = _program(tmp_path / "bin", "axolotl")
+    said = []
+    for how in (["--dry-run"], ["--export", "csv", "-o", tmp_path / "out.csv"]):
+        proc = run_main("sweep", *how, "--splits", "1x4,4x1", "--vary", "padding_free=off,on", "--runs-dir",
+                        tmp_path / "runs", "--", axolotl, "train", tmp_path / "cfg.yml")
+        assert proc.returncode == 2 and proc.stdout == "", proc
+        said.append(proc.stderr)
+    assert said[0] == said[1] == ("tracetui: error: --vary: padding_free has no key tracetui knows in axolotl's "
+                                  "config; set it in the config and compare it in two sweeps, or vary one of "
+                                  "activation_checkpointing, dataloader_workers, optim, pin_memory, torch_compile\n")
+
+
+def _rows(varied: bool) -> list[dict]:
+    """Summary rows of a sweep of 1x4 and 4x1 (with checkpointing on, when ``varied``), on
+    synthetic steps: 4x1 the faster, clearly."""
+    from tracetui.analysis import Results, summarise
+    from tracetui.events import make
+
+    events = []
+    for mb, ga, per in ((1, 4, 40.0), (4, 1, 17.0)):
+        trial = _trial(mb, ga, **({"activation_checkpointing": True} if varied else {}))
+        rid = f"s/{trial.slug()}"
+        events.append(make("run_started", rid, label=trial.label(), **trial.fields(), repeat=0, env={"device": "cpu"}))
+        for k in range(1, 13):
+            wall = per * (1 + 0.01 * (k % 3))
+            events.append(make("step", rid, step=k, warmup=k <= 3, wall_ms=wall, forward_ms=[wall / 2],
+                               backward_ms=[wall / 2]))
+        events.append(make("run_finished", rid))
+    return summarise(Results().extend(events))
+
+
+@pytest.mark.parametrize("trainer, name, keys, own", ids=["llama-factory", "axolotl"], argvalues=[
+    ("llamafactory-cli", "lf.yaml", "per_device_train_batch_size: 4, gradient_accumulation_steps: 1, "
+     "disable_gradient_checkpointing: false",
+     "your config trains effective batch 1: per_device_train_batch_size 1 x gradient_accumulation_steps 1 "
+     "(its default); this answer is for 4"),
+    ("axolotl", "cfg.yml", "micro_batch_size: 4, gradient_accumulation_steps: 1, gradient_checkpointing: true", None),
+])
+def test_a_config_trainers_recommendation_speaks_its_own_keys(tmp_path, trainer, name, keys, own):
+    """LLaMA-Factory turns checkpointing off with disable_gradient_checkpointing (its
+    gradient_checkpointing, a TrainingArguments field, leaves its own on); axolotl's split is
+    micro_batch_size. Where the config's own effective batch differs, the recommendation says so."""
+    from tracetui.outputs import Outputs
+
+    (tmp_path / name).write_text(LLAMA_FACTORY if name == "lf.yaml" else AXOLOTL)
+    cmd = [trainer, "train", str(tmp_path / name)]
+    rec = Outputs(str(tmp_path / "out.csv"), cmd=cmd).answer(_rows(varied=True)).recommendation
+    assert rec.startswith(f"use 4x1 ckpt=on for effective batch 4; in {name}: {keys}"), rec
+    assert "SFTConfig" not in rec and "=" not in rec.replace("ckpt=on", "")
+    assert (own in rec) if own else "your config" not in rec  # the axolotl config's own split is 2x2
+    # with no setting compared, the split alone; without a config trainer, SFTConfig's words
+    assert Outputs(str(tmp_path / "out.csv"), cmd=cmd).answer(_rows(varied=False)).recommendation.startswith(
+        "use 4x1 for effective batch 4" + (f" ({own})" if own else ""))
+    assert "; in SFTConfig: per_device_train_batch_size=4, gradient_accumulation_steps=1, " \
+           "gradient_checkpointing=True" in Outputs(str(tmp_path / "out.csv")).answer(_rows(varied=True)).recommendation
+
+
+def test_a_sweep_of_a_config_trainer_keeps_its_file_and_says_its_own_effective_batch(tmp_path):
+    """A stand-in axolotl (tests/stubs/trainer.py's steps, its split read from the YAML it is
+    given) swept at 1x4 and 4x1 from a config that trains 2x4: each run trains its copy's split
+    (the copy, and best.yml, differ from the file in the planned lines alone), and the closing
+    lines say that the config's own effective batch is 8 where the answer is for 4."""
+    from .conftest import read_csv, run_main
+
+    stubs = Path(__file__).parent / "stubs"
+    axolotl = _program(tmp_path / "bin", "axolotl", (
+        f"import sys, yaml\nsys.path.insert(0, {str(stubs)!r})\nimport trainer\n"
+        "cfg = yaml.safe_load(open(sys.argv[2]))\n"
+        "sys.argv[1:] = ['--per_device_train_batch_size', str(cfg['micro_batch_size']),\n"
+        "                '--gradient_accumulation_steps', str(cfg['gradient_accumulation_steps']), '--max_steps', '12']\n"
+        "trainer.main()\n"))
+    (tmp_path / "cfg.yml").write_text(ANCHORED)
+    proc = run_main("sweep", "--fresh", "--splits", "1x4,4x1", "--export", "csv", "-o", tmp_path / "out.csv",
+                    "--emit-config", tmp_path / "best.yml", "--runs-dir", tmp_path / "runs",
+                    "--", axolotl, "train", tmp_path / "cfg.yml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["trial"]: r for r in read_csv(tmp_path / "out.csv")}
+    assert set(rows) == {"1x4", "4x1"} and all(r["status"] == "ok" for r in rows.values())
+    for split, mb, ga in (("1x4", 1, 4), ("4x1", 4, 1)):
+        [copy] = (tmp_path / "runs").glob(f"*/{split}/cfg.yml")
+        lost, gained = _diff(ANCHORED, copy.read_text())
+        assert [x.split(":")[0] for x in lost] == ["micro_batch_size", "eval_batch_size"] + (
+            ["gradient_accumulation_steps"] if ga != 4 else []) + ["output_dir"]
+        assert yaml.safe_load(copy.read_text())["eval_batch_size"] == 2
+        assert (rows[split]["micro_batch"], rows[split]["grad_accum"]) == (str(mb), str(ga))
+    own = ("(your config trains effective batch 8: micro_batch_size 2 x gradient_accumulation_steps 4; "
+           "this answer is for 4)")
+    assert f"tracetui: use 4x1 for effective batch 4 {own}" in proc.stderr
+    assert "eval_batch_size keeps 2: it was *mb" in proc.stderr  # the emitted file's notes
+    assert _diff(ANCHORED, (tmp_path / "best.yml").read_text())[0] == [
+        "micro_batch_size: &mb 2   # per device", "eval_batch_size: *mb      # the same as training",
+        "gradient_accumulation_steps: 4  # effective 8"]
+    assert (tmp_path / "cfg.yml").read_text() == ANCHORED

@@ -337,11 +337,11 @@ def write_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None =
     if trainer is None:
         notes = write_trl_config(path, row, cfg, cmd)
         return f"TRL config for {row['trial']} in {path}: trl sft --config {path}", notes
-    text, changed = trainer.recommended(list(cmd), Trial.from_fields(row))
+    text, changed, said = trainer.handed(list(cmd), Trial.from_fields(row))
     _write_whole(path, text)
     argv = list(cmd)
     argv[trainer.index] = path
-    notes = [f"{k}: {old} -> {new}" for k, old, new in changed]
+    notes = [f"{k}: {old} -> {new}" for k, old, new in changed] + said
     return f"{trainer.name} config for {row['trial']} in {path}: {shlex.join(argv)}", notes
 
 

@@ -59,8 +59,9 @@ class Answer:
     policy: Policy
 
     @classmethod
-    def of(cls, rows: list[dict], policy: Policy) -> "Answer":
-        return cls(verdict(rows, policy), recommendation(rows, policy), scope_note(rows),
+    def of(cls, rows: list[dict], policy: Policy, speak=None) -> "Answer":
+        """``speak``: how the swept trainer says a trial in its own keys (None: ``SFTConfig``'s)."""
+        return cls(verdict(rows, policy), recommendation(rows, policy, speak), scope_note(rows),
                    tuple(recommended_rows(rows, policy)), policy)
 
     def lines(self) -> list[str]:
@@ -115,6 +116,9 @@ class Outputs:
         self.cfg = cfg
         #: the swept script's command (for its emitted config and the winning command line)
         self.cmd = list(cmd) if cmd else None
+        #: how the recommendation says a trial: a config-file trainer's own keys, else SFTConfig's
+        trainer = config_trainer(self.cmd)
+        self.speak = trainer.words(self.cmd) if trainer is not None else None
         #: whether the user named an output (a replay writes at its end only then)
         self.explicit = False
         self._own: set[str] = set()
@@ -141,7 +145,7 @@ class Outputs:
         return rows
 
     def answer(self, rows: list[dict]) -> Answer:
-        return Answer.of(rows, self.policy)
+        return Answer.of(rows, self.policy, self.speak)
 
     # ---- writing -------------------------------------------------------------------------------
     def refusal(self, path: str) -> str | None:

@@ -132,11 +132,12 @@ def verdict(rows: list[dict], policy: Policy = Policy()) -> str:
     return " | ".join(lines)
 
 
-def recommendation(rows: list[dict], policy: Policy = Policy()) -> str:
+def recommendation(rows: list[dict], policy: Policy = Policy(), speak: Callable[[dict], str] | None = None) -> str:
     """The fastest trial that fits with at least 10% memory headroom and computes what the
     others do (unless ``allow_result_changes``), per effective batch, with the ``SFTConfig``
-    arguments that run it."""
-    return " | ".join(text for _best, text in _recommend(rows, policy))
+    arguments that run it; ``speak``: how the swept trainer says a trial in its own keys instead
+    (a config-file trainer's: :meth:`tracetui.runner.launch.ConfigFile.words`)."""
+    return " | ".join(text for _best, text in _recommend(rows, policy, speak))
 
 
 def recommended_rows(rows: list[dict], policy: Policy = Policy()) -> list[dict]:
@@ -174,7 +175,7 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _recommend(rows: list[dict], policy: Policy):
+def _recommend(rows: list[dict], policy: Policy, speak: Callable[[dict], str] | None = None):
     """``(row or None, text)`` per machine and effective batch."""
     groups: dict[tuple, list[dict]] = {}
     unfinished = {(r["machine"], r["effective_batch"]) for r in rows
@@ -226,7 +227,9 @@ def _recommend(rows: list[dict], policy: Policy):
             f = min(faster, key=lambda r: r["step_ms_median"])
             text += (f" ({f['trial']} is faster but changes the result: {f['changes_result']}; "
                      "--allow-result-changes to recommend it)")
-        if best.get("varied"):
+        if speak is not None:
+            text += speak(best)
+        elif best.get("varied"):
             args = sft_arguments(best)
             keep = {"per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing"}
             keep |= {k for name, v in best["varied"].items() for k in KNOBS[name].sft(v)}

@@ -11,7 +11,9 @@ Three kinds of command:
   ``micro_batch_size``, LLaMA-Factory's ``per_device_train_batch_size``): each trial gets a copy
   of the user's file with the split's and settings' keys changed (and ``output_dir`` moved into
   the sweep's folder, so that a measurement never writes over the user's checkpoints), passed
-  instead of the user's file, which is never written.
+  instead of the user's file, which is never written. The copy is the user's text with those
+  values replaced in place (:mod:`.yaml_edit`): comments, anchors and order kept, and what a
+  change would change beside it (an alias of a changed value) said and written out.
 
 :func:`launcher_for` picks the kind; :func:`fork_target` says whether a command's runs can be
 forked (tracetui's own interpreter runs it, no launcher of processes in front).
@@ -19,9 +21,7 @@ forked (tracetui's own interpreter runs it, no launcher of processes in front).
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -215,6 +215,11 @@ class Dialect:
     drops: tuple[str, ...] = ()
     #: environment a measured run gets unless the user set it (name -> (value, why))
     env: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: the split the trainer takes where the config leaves a split key out (its defaults)
+    defaults: tuple[int, int] = (1, 1)
+    #: a key the accumulation is derived from where the config sets none (axolotl's
+    #: ``batch_size``: accumulation = batch_size // micro_batch_size)
+    total: str | None = None
 
 
 def _same(key: str) -> Callable[[Any], dict]:
@@ -228,7 +233,7 @@ DIALECTS = (
              "torch_compile": _same("torch_compile"), "dataloader_workers": _same("dataloader_num_workers"),
              "pin_memory": _same("dataloader_pin_memory")},
             override=lambda arg: arg.split("=", 1)[0].lstrip("-").replace("-", "_") if arg.startswith("--") else "",
-            drops=("batch_size",),
+            drops=("batch_size",), total="batch_size",
             # offline, its usage reporting holds the process open for minutes after training
             env={"AXOLOTL_DO_NOT_TRACK": ("1", "its usage reporting off for measured runs")}),
     Dialect("LLaMA-Factory", ("llamafactory-cli", "lmf", "llamafactory.cli", "llamafactory.launcher"),
@@ -238,7 +243,8 @@ DIALECTS = (
              "dataloader_workers": _same("dataloader_num_workers"), "pin_memory": _same("dataloader_pin_memory"),
              "attn_implementation": lambda v: {"flash_attn": {"eager": "disabled", "sdpa": "sdpa",
                                                               "flash_attention_2": "fa2"}.get(v, v)}},
-            override=lambda arg: arg.split("=", 1)[0] if "=" in arg and not arg.startswith("-") else ""),
+            override=lambda arg: arg.split("=", 1)[0] if "=" in arg and not arg.startswith("-") else "",
+            defaults=(8, 1)),  # TrainingArguments' own: LLaMA-Factory parses its YAML into them
 )
 
 
@@ -299,7 +305,7 @@ class ConfigFile(Flags):
     def check(self, cmd: list[str], varied: dict) -> None:
         for name in varied:
             if name not in self.dialect.settings:
-                raise ConfigError("--vary", f"{name} has no key tracetui knows in a {self.name} config",
+                raise ConfigError("--vary", f"{name} has no key tracetui knows in {self.name}'s config",
                                   f"set it in the config and compare it in two sweeps, or vary one of "
                                   f"{', '.join(sorted(self.dialect.settings))}")
         owned = set(self.dialect.split) | {k for n in varied for k in self.dialect.settings[n](next(iter(varied[n])))}
@@ -308,66 +314,93 @@ class ConfigFile(Flags):
             if key in owned:
                 raise ConfigError("sweep", f"the command line already sets {key} ({arg})",
                                   "remove it: tracetui sets it in each trial's copy of the config")
-        self._source(cmd)
+        # a copy that cannot be made in the file's own text is refused now, not at a run's start
+        self.trial_command(cmd, Trial(1, 1, settings={n: next(iter(v)) for n, v in varied.items()}))
+
+    def _edited(self, path: Path, text: str, data: dict, changes: dict[str, Any]) -> tuple[str, list, list[str]]:
+        """``text`` with ``changes`` (:mod:`.yaml_edit`), what changed (key, old, new), and what the
+        edit did beside them."""
+        new = {k: v for k, v in changes.items() if v is not DROPPED and (k not in data or data[k] != v)}
+        try:
+            done = edit(text, new, drop=tuple(k for k, v in changes.items() if v is DROPPED))
+        except EditError as exc:
+            raise ConfigError("sweep", f"{path}: {exc}",
+                              "write the value itself in place of the alias, then run again") from None
+        return done.text, [(k, data.get(k), v) for k, v in changes.items() if data.get(k) != v], done.said
 
     def trial_command(self, cmd: list[str], trial: Trial, folder: Path | None = None) -> TrialCommand:
         path, text, data = self._source(cmd)
         changes = self.keys(trial, data)
         # a measurement's checkpoints go to the run's folder, never the user's
         changes["output_dir"] = str((folder / "output").resolve()) if folder is not None else "{the run's folder}/output"
-        changed = [(k, data.get(k), v) for k, v in changes.items() if data.get(k) != v]
+        copy, changed, said = self._edited(path, text, data, changes)
         argv = list(cmd)
         if folder is None:  # a dry run: nothing written
             argv[self.index] = f"{{copy of {path}}}"
-            return TrialCommand(argv, changed)
+            return TrialCommand(argv, changed, said=said)
         copy_path = folder / f"{path.stem}{path.suffix}"
         argv[self.index] = str(copy_path)
-        return TrialCommand(argv, changed, (copy_path, with_keys(text, data, changes)))
+        return TrialCommand(argv, changed, (copy_path, copy), said=said)
+
+    def handed(self, cmd: list[str], trial: Trial) -> tuple[str, list[tuple[str, Any, Any]], list[str]]:
+        """The user's config with ``trial``'s keys: the file a recommendation hands over, what it
+        changes (key, old, new), and what its edit did beside them."""
+        path, text, data = self._source(cmd)
+        return self._edited(path, text, data, self.keys(trial, data))
 
     def recommended(self, cmd: list[str], trial: Trial) -> tuple[str, list[tuple[str, Any, Any]]]:
-        """The user's config with ``trial``'s keys: the file a recommendation hands over."""
-        path, text, data = self._source(cmd)
-        changes = self.keys(trial, data)
-        return with_keys(text, data, changes), [(k, data.get(k), v) for k, v in changes.items() if data.get(k) != v]
+        """:meth:`handed` without what its edit did beside the keys."""
+        return self.handed(cmd, trial)[:2]
 
+    def own_split(self, data: dict) -> tuple[int, int, str] | None:
+        """The split the user's config trains (per process): micro-batch, accumulation, and how
+        the config says it; None where a split key is not a whole number."""
+        d = self.dialect
+        try:
+            mb = int(data.get(d.split[0], d.defaults[0]))
+            if data.get(d.split[1]) is None and d.total and data.get(d.total) is not None:
+                ga = max(1, int(data[d.total]) // mb)
+                return mb, ga, f"{d.split[0]} {mb}, {d.total} {data[d.total]}"
+            ga = int(data.get(d.split[1], d.defaults[1]))
+        except (TypeError, ValueError):
+            return None
+        said = [f"{key} {value}" + ("" if key in data else " (its default)") for key, value in zip(d.split, (mb, ga))]
+        return mb, ga, " x ".join(said)
 
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(str(value))  # a double-quoted YAML string
+    def words(self, cmd: list[str]) -> Callable[[dict], str]:
+        """How a recommendation of this trainer's sweep says its trial (:func:`tracetui.analysis.
+        recommendation`): in the trainer's own keys, as its config writes them (where settings
+        were compared), and where the config's own effective batch is not the recommendation's."""
+        try:
+            path, _text, data = self._source(cmd)
+            own = self.own_split(data)
+        except ConfigError:  # the file is gone since (a replay): the keys alone
+            path, own = Path(cmd[self.index]), None
+        d = self.dialect
 
-
-def with_keys(text: str, data: dict, changes: dict[str, Any]) -> str:
-    """``text`` (a YAML mapping, ``data`` as parsed) with the top-level ``changes``: each key's
-    line rewritten in place where it holds a plain value (comments and order kept, so that the
-    copy reads as the user's file), added at the end where it is missing; the whole file written
-    out again only where a line cannot be rewritten (a key set to a nested block)."""
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    for key in [k for k, v in changes.items() if v is DROPPED]:
-        pattern = re.compile(rf"^{re.escape(key)}\s*:\s*[^\s#][^#\n]*(#.*)?$")
-        lines = [line for line in lines if not pattern.match(line.rstrip("\n"))]
-    expected = {k: v for k, v in {**data, **changes}.items() if v is not DROPPED}
-    for key, value in ((k, v) for k, v in changes.items() if v is not DROPPED):
-        pattern = re.compile(rf"^{re.escape(key)}\s*:(?P<rest>[^#\n]*)(?P<comment>#.*)?$")
-        for i, line in enumerate(lines):
-            m = pattern.match(line.rstrip("\n"))
-            if m and m.group("rest").strip():
-                comment = f"  {m.group('comment')}" if m.group("comment") else ""
-                lines[i] = f"{key}: {_yaml_scalar(value)}{comment}\n"
-                break
-        else:
-            lines.append(f"{key}: {_yaml_scalar(value)}\n")
-    out = "".join(lines)
-    try:
-        if yaml.safe_load(out) == expected:
+        def speak(row: dict) -> str:
+            trial = Trial.from_fields(row)
+            out = ""
+            if trial.settings:
+                keys: dict[str, Any] = {d.split[0]: trial.micro_batch, d.split[1]: trial.grad_accum}
+                for name, value in trial.settings:
+                    keys.update(d.settings[name](value) if name in d.settings else {})
+                out += f"; in {path.name}: " + ", ".join(f"{k}: {fmt_yaml(v)}" for k, v in keys.items())
+            if own is not None:
+                mb, ga, how = own
+                eb = mb * ga * trial.world_size
+                if eb != trial.effective_batch:
+                    over = f" over {trial.world_size} processes" if trial.world_size > 1 else ""
+                    out += (f" (your config trains effective batch {eb}: {how}{over}; this answer is for "
+                            f"{trial.effective_batch})")
             return out
-    except yaml.YAMLError:
-        pass
-    return yaml.safe_dump(expected, sort_keys=False)
+
+        return speak
+
+
+def fmt_yaml(value: Any) -> str:
+    """A value as a YAML file writes it (``true``, ``4``, ``adamw_torch``)."""
+    return "true" if value is True else "false" if value is False else "null" if value is None else str(value)
 
 
 def launcher_for(cmd: list[str]) -> Flags:

@@ -414,7 +414,8 @@ class TraceApp(App):
             self.query_one(Timeline).show(self._lanes(run))
             if fresh:
                 self.query_one(Verdict).update_from(self.rows, self.idle, self.results, self.source.live,
-                                                    ended=not self.source.running(), policy=self.outputs.policy)
+                                                    ended=not self.source.running(), policy=self.outputs.policy,
+                                                    speak=self.outputs.speak)
                 shown = self.shown_rows()
                 self.query_one(PhaseChart).update_from(shown)
                 self.query_one(ThroughputChart).update_from(shown)

@@ -14,12 +14,13 @@ class Verdict(Clipped):
     """The answer, always on screen: the verdict, the recommendation, or why there is none."""
 
     def update_from(self, rows: list[dict], fallback: str, results: Results | None = None,
-                    live: bool = True, ended: bool = True, policy: Policy = Policy()) -> None:
+                    live: bool = True, ended: bool = True, policy: Policy = Policy(), speak=None) -> None:
         """``ended``: the sweep has no more runs to make; until then what the intervals cover is
         not said (a split's second run may be queued still). ``policy``: what the user allowed
-        (the same as every other output's)."""
+        (the same as every other output's); ``speak``: how the swept trainer says a trial in its
+        own keys (:class:`tracetui.outputs.Outputs`)."""
         line = verdict(rows, policy)
-        rec = recommendation(rows, policy)
+        rec = recommendation(rows, policy, speak)
         note = scope_note(rows) if ended else ""
         text = Text()
         failed = failures(results) if results is not None else []

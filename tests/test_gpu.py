@@ -27,7 +27,8 @@ class TinyLM(torch.nn.Module):
 
 
 def _drive(probe, model, steps, ga, mb, seq=64):
-    """The callback order of transformers' Trainer, by hand."""
+    """The callback order of transformers' Trainer, by hand; after each odd step, what the
+    trainer does between steps: a log, an evaluation (a forward in eval mode) and a save."""
     from transformers import TrainerControl, TrainerState
 
     args = types.SimpleNamespace(process_index=0)
@@ -56,6 +57,15 @@ def _drive(probe, model, steps, ga, mb, seq=64):
             probe.on_optimizer_step(args, state, control)
             opt.zero_grad(set_to_none=True)
             probe.on_step_end(args, state, control)
+            if s % 2 == 0:  # (steps 1, 3, 5)
+                probe.on_log(args, state, control, logs={"loss": 1.0})
+                model.eval()
+                with torch.no_grad():
+                    model(input_ids=batches[0])
+                model.train()
+                probe.on_log(args, state, control, logs={"eval_loss": 1.0})
+                probe.on_evaluate(args, state, control, metrics={"eval_loss": 1.0})
+                probe.on_save(args, state, control)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     probe.on_train_end(args, state, control)
@@ -81,6 +91,10 @@ def test_probe_adds_no_sync():
         assert e["loss"] == pytest.approx(6.2, abs=0.5)  # ln(512) at random init
         assert e["peak_mem_gib"] > 0
     assert len({e["fingerprint"] for e in steps}) == 6  # six steps, six sets of rows
+    # the work between steps timed on the same events, charged to no step
+    assert [e["step"] for e in steps if "between_ms" in e] == [1, 3, 5]
+    assert all(e["between_ms"].keys() == {"log", "eval", "save"} and e["between_ms"]["eval"][0] > 0
+               for e in steps if "between_ms" in e)
 
 
 def test_memory_limit_turns_a_too_large_split_into_oom(tmp_path):

@@ -110,6 +110,7 @@ def _make_trace_callback():
             if os.environ.get(envvars.RUN_ID) and _sweep_run_measured:
                 self._guard(self._skip_later_training, args, control)
                 return
+            self.train_loader = kwargs.get("train_dataloader")  # (its length: the steps of an epoch)
             self._guard(self._begin, args, state, control, model, kwargs.get("optimizer"))
             if os.environ.get(envvars.RUN_ID) and not self.failed:
                 _sweep_run_measured = True
@@ -208,16 +209,27 @@ def _make_trace_callback():
         def on_log(self, args, state, control, logs=None, **kwargs):
             self._guard(Probe.on_log, self, args, state, control, logs=logs, **kwargs)
 
+        def on_prediction_step(self, args, state, control, **kwargs):
+            self._guard(Probe.on_prediction_step, self, args, state, control, **kwargs)
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            self._guard(Probe.on_evaluate, self, args, state, control, **kwargs)
+
+        def on_save(self, args, state, control, **kwargs):
+            self._guard(Probe.on_save, self, args, state, control, **kwargs)
+
         def on_train_end(self, args, state, control, **kwargs):
             self._guard(Probe.on_train_end, self, args, state, control, **kwargs)
             try:
                 if self.sampler is not None:
                     self.sampler.stop()
                 if self.sink is not None:
+                    # ended before its steps by the trainer (a callback, its data), in words
+                    stop = self._guard(self.trainer_stop, state)
                     self.sink.emit(make(RUN_FINISHED, self.run_id, rank=self.rank, steps=int(state.global_step),
                                         train_runtime_s=time.time() - (self._t0 or time.time()),
-                                        stopped_early=self.stop_reason is not None, stop_reason=self.stop_reason,
-                                        quiet=self.load))
+                                        stopped_early=self.stop_reason is not None or stop is not None,
+                                        stop_reason=self.stop_reason, trainer_stop=stop, quiet=self.load))
                     self.sink.close()
             except Exception:  # noqa: BLE001 - never break the user's training
                 pass

@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 
 
 from .knobs import KNOBS
-from .phases import PHASES
+from .phases import BETWEEN, PHASES
 
 #: the read-back settings (:mod:`tracetui.probe.settings` reads them from the trainer) shown as
 #: columns (CSV/JSON) and in the monitor's header, in order
@@ -140,7 +140,8 @@ def _loss(row: dict, ctx: dict) -> str:
 
 
 def _steps(row: dict, ctx: dict) -> str:
-    return str(row.get("steps_measured", 0)) + (f" ({row.get('stop_reason') or 'early'})" if row.get("stopped_early") else "")
+    why = row.get("stop_reason") or ("trainer stop" if row.get("trainer_stop") else "early")
+    return str(row.get("steps_measured", 0)) + (f" ({why})" if row.get("stopped_early") else "")
 
 
 def _runs(row: dict, ctx: dict) -> str:
@@ -213,9 +214,19 @@ COLUMNS: tuple[Column, ...] = (
     Column("runs", "runs", cell=_runs, help="fresh-process runs pooled, with the spread of their medians"),
     Column("runs_failed", help="runs of the trial that failed (a failed run's steps are not pooled with the others')"),
     Column("train_runtime_s", unit="s"), Column("repeat_spread_pct", unit="%"),
-    Column("stopped_early"), Column("stop_reason"),
+    Column("stopped_early"), Column("stop_reason", help="why tracetui's stopping rule ended a run (--until-confident)"),
+    Column("trainer_stop", help="why the trainer ended a run before its planned steps: the callback that set "
+                                "should_training_stop (early stopping, a loss watchdog, a NaN guard), or its data "
+                                "running out"),
+    *(c for b in BETWEEN for c in (
+        Column(b.count_field, spec=".1f", help=f"{b.many} between steps, per run ({b.help}): timed apart, in no step"),
+        Column(b.seconds_field, unit="s", spec=".2f", help=f"seconds of {b.many} between steps, per run"))),
     Column("bound", "bound", cell=bound_text), Column("evidence"),
     Column("projected_s", "projected", cell=_projected, unit="s"),
+    Column("projected_between_s", unit="s", help="of projected_s: the evaluations, saves and logs the projected run "
+                                                 "does between its steps (each as long as measured, as many as its "
+                                                 "schedule gives)"),
+    Column("projected_note", help="what projected_s counts between steps, or leaves out"),
     Column("gpus", "GPU", cell=lambda r, c: r.get("gpus") or "-", help="GPU indices of the runs"),
     Column("comm_ms", "comm", unit="ms", help="DDP: the exposed all-reduce time, the synchronising "
                                               "micro-batch's backward beyond the others'"),

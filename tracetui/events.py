@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .phases import NAMES, PHASES
+from .phases import BETWEEN_NAMES, NAMES, PHASES
 
 #: the phases a step record may carry (checked once a step, as its event is made)
 PHASE_NAMES = frozenset(NAMES)
@@ -103,6 +103,8 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         # included), the positions the loss scored, and the query-key pairs attention spanned
         "fingerprint": (str,), "micro_shapes": (SHAPES,), "scored_tokens": (int, _NONE),
         "token_pairs": (int, _NONE),
+        # the trainer's own work after the step, before the next (tracetui.phases.BETWEEN): kind -> ms each
+        "between_ms": (OBJ,),
     },
     GPU: {
         "power_w": _NUM + (_NONE,),
@@ -114,6 +116,9 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
     RUN_FINISHED: {
         "rank": (int,), "steps": (int, _NONE), "train_runtime_s": _NUM + (_NONE,),
         "stopped_early": (bool,), "stop_reason": (str, _NONE), "quiet": (OBJ, _NONE),
+        # stopped early by the trainer (a callback setting should_training_stop, its data running
+        # out), in words; ``stop_reason`` is tracetui's own stopping rule (--until-confident)
+        "trainer_stop": (str, _NONE),
     },
     RUN_FAILED: {"rank": (int,)},
     RUN_SETTINGS: {"rank": (int,)},
@@ -125,6 +130,7 @@ _NESTED: dict[str, dict[str, tuple[Any, ...]]] = {
     "times": {k: _NUM for k in ("command", "server", "libraries", "checked", "sweep", "ended")},
     "config": {"steps": (int, _NONE), "warmup": (int, _NONE), "seq_len": (int, _NONE),
                "memory_limit": _NUM + (_NONE,), "model": (str, _NONE), "dataset": (str, _NONE)},
+    "between_ms": {k: (NUMS,) for k in BETWEEN_NAMES},
     "env": {"device": (str, _NONE), "gpu_name": (str, _NONE), "gpu_total_gib": _NUM + (_NONE,),
             "cpu_count": (int, _NONE), "host": (str, _NONE)},
 }

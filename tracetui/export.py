@@ -8,15 +8,17 @@ from typing import Any, Iterable
 from .events import dumps
 from .analysis import Results
 from .columns import CSV_KEYS
-from .phases import FIELDS, PHASES
+from .phases import BETWEEN, FIELDS, PHASES
 from .text import clean
 
 #: declared in :mod:`tracetui.columns`, with the monitor's table
 SUMMARY_COLUMNS = list(CSV_KEYS)
 
-#: a phase measured per micro-batch has its step's sum and, in ``<phase>_ms_each``, each value
+#: a phase measured per micro-batch has its step's sum and, in ``<phase>_ms_each``, each value;
+#: ``<kind>_ms_after``: the trainer's work after the step, before the next (in no step's wall)
 STEP_COLUMNS = (["run_id", "split", "rank", "step", "warmup", "wall_ms", "host_ms"] + list(FIELDS)
-                + ["loss", "tokens", "samples", "peak_mem_gib"] + [f"{p.field}_each" for p in PHASES if p.per_micro])
+                + ["loss", "tokens", "samples", "peak_mem_gib"] + [f"{p.field}_each" for p in PHASES if p.per_micro]
+                + [f"{b.name}_ms_after" for b in BETWEEN])
 
 
 def _cell(v: Any) -> Any:
@@ -78,6 +80,10 @@ def steps_csv(results: Results) -> str:
                         line[f"{p.field}_each"] = " ".join(f"{x:.3f}" for x in each)
                     else:
                         line[p.field] = s.get(p.field)
+                after = s.get("between_ms") if isinstance(s.get("between_ms"), dict) else {}
+                for b in BETWEEN:
+                    each = after.get(b.name)
+                    line[f"{b.name}_ms_after"] = float(sum(each)) if isinstance(each, list) else None
                 yield line
 
     return csv_text(STEP_COLUMNS, lines())

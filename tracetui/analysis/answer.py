@@ -22,8 +22,9 @@ def held_back(group: list[dict], allow_busy: bool = False) -> str | None:
     few = [r for r in group if r.get("too_few_steps")]
     if few:
         r = few[0]
+        stop = f"; {r['trainer_stop']}" if r.get("trainer_stop") else ""
         return (f"too few steps for a verdict ({r['trial']}: {r['steps_measured']} measured, "
-                f"{MIN_INTERVAL_STEPS} needed for an interval)")
+                f"{MIN_INTERVAL_STEPS} needed for an interval{stop})")
     busy = [r for r in group if r.get("busy")]
     if busy and not allow_busy:
         return f"held back: the machine was busy ({busy[0]['busy']}); measure again on a quiet machine"

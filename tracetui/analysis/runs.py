@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
+from ..phases import BETWEEN_NAMES
 from ..events import (AGAIN_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FAILED_KINDS, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE,
                       RUN_STARTED, STEP, SWEEP, WAITING_STAGE)
 from ..trial import Trial
@@ -42,6 +43,9 @@ class RunData:
     asked_at: float | None = None
     #: what the run last said it was doing before its first step (rank 0's ``run_stage``)
     stage: str = ""
+    #: the trainer's work between steps (:data:`tracetui.phases.BETWEEN`), of every step reported
+    #: (rank 0's): kind -> [how many, ms in all]
+    between: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -93,6 +97,12 @@ class RunData:
                 self.warmup_seen += 1
             elif event.get("rank", 0) == 0 and event["wall_ms"] > 0:
                 self.measured_seen += 1
+            if isinstance(event.get("between_ms"), dict) and event.get("rank", 0) == 0:
+                for kind, each in event["between_ms"].items():
+                    if kind in BETWEEN_NAMES and isinstance(each, list):
+                        seen = self.between.setdefault(kind, [0, 0.0])
+                        seen[0] += len(each)
+                        seen[1] += sum(max(0.0, float(x)) for x in each)
             if self.status in ("queued", "warming up") and not event.get("warmup"):
                 self.status = "running"
             return self.steps.append(event) or 0  # (a plain list, with no budget: None)

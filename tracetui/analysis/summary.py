@@ -4,6 +4,7 @@ statistics, the comparison, the loss check and the diagnosis."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from typing import Any
@@ -209,12 +210,17 @@ def summarise(results: Results, project_steps: int | None = None,
         row["stopped_early"] = any(r.finished.get("stopped_early") for r in runs)
         reasons = sorted({r.finished["stop_reason"] for r in runs if r.finished.get("stop_reason")})
         row["stop_reason"] = "/".join(reasons) or None
+        row["trainer_stop"] = row_stop(runs)
         rt = [r.finished.get("train_runtime_s") for r in runs if r.finished.get("train_runtime_s") is not None]
         row["train_runtime_s"] = sum(rt) / len(rt) if rt else None
         # Attach mode knows the run's own length (its max_steps) when none is asked for.
         planned = project_steps or max((r.started.get("max_steps") or 0 for r in runs), default=0)
         if planned and row.get("step_ms_median"):
             row["projected_s"] = planned * row["step_ms_median"] / 1000.0 + (row.get("compile_s") or 0.0)
+        # evaluations, saves and logs: never in a step; in the projection where the real run does them
+        add_between(row, runs, planned if row.get("projected_s") else 0)
+        if row.get("projected_between_s"):
+            row["projected_s"] += row["projected_between_s"]
         rows.append(row)
     add_speedups(rows, boots_of, results, steps_of, spread)
     add_loss_check(rows)
@@ -230,12 +236,24 @@ def summarise(results: Results, project_steps: int | None = None,
 
 
 def _window_gpu(run: RunData, measured: list[dict]) -> list[dict]:
-    """GPU samples taken while the measured steps ran."""
+    """GPU samples taken while the measured steps ran: not while the trainer evaluated, saved or
+    logged between them (the time a step's ``between_ms`` says followed it)."""
     if not measured or not run.gpu:
         return []
     t0 = min(s.get("t_end", s["t"]) - s.get("host_ms", s["wall_ms"]) / 1000.0 for s in measured)
     t1 = max(s.get("t_end", s["t"]) for s in measured)
-    return [g for g in run.gpu if t0 <= g["t"] <= t1]
+    inside = [g for g in run.gpu if t0 <= g["t"] <= t1]
+    gaps = sorted((s.get("t_end", s["t"]), sum(sum(v) for v in s["between_ms"].values() if isinstance(v, list)) / 1000.0)
+                  for s in run.steps if isinstance(s.get("between_ms"), dict))
+    if not gaps:
+        return inside
+    starts = [a for a, _ in gaps]
+    out = []
+    for g in inside:
+        i = bisect.bisect_left(starts, g["t"]) - 1  # the last gap that began before the sample
+        if i < 0 or g["t"] > gaps[i][0] + gaps[i][1]:
+            out.append(g)
+    return out
 
 
 def _phase(step: dict, name: str) -> float:

@@ -11,20 +11,29 @@ exactly and add up to its wall time. Sources of the edges: ``on_step_begin``,
 callbacks; forward pre/post hooks on the model (``with_kwargs=True``: TRL passes keyword
 arguments); a tensor hook on the model's output for the start of backward; and
 ``register_post_accumulate_grad_hook`` on the trainable parameters that finish last in backward
-for its end. Nothing in torch or the frameworks is patched.
+for its end. Nothing in torch or the frameworks is patched (the trainer's ``TrainerControl`` is
+given a subclass that notes who stops training: :func:`watch_stops`).
+
+What the trainer does between one step's end and the next step's begin (evaluation, saving a
+checkpoint, logging: :data:`tracetui.phases.BETWEEN`) is its own time, charged to no step: each is
+ended by its callback event (``on_evaluate``, ``on_save``, ``on_log``), timed from the edge before
+it with the same clock, and carried by the step it followed (``between_ms``); the next step begins
+at the last of them. What is left before the next ``on_step_begin`` (the trainer fetches the
+step's batches there) is that step's data phase.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from typing import Any, Callable
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl
 
 from ..events import RUN_SETTINGS, StepRecord, make
-from ..phases import NAMES, PHASES
+from ..phases import BETWEEN, NAMES, PHASES
 from . import quiet
 from .settings import read_back
 from .timing import Mark, make_clock
@@ -36,6 +45,8 @@ _PHASE_OF = {
     "end": "other",
 }
 assert set(_PHASE_OF.values()) == set(NAMES), "every phase is charged by some edge, and no other"
+#: the callback event that ends each kind of the trainer's work between steps
+_BETWEEN_OF = {b.event: b.name for b in BETWEEN}
 
 #: the TrainerCallback events the probe relies on, and the release that has all of them
 REQUIRED_EVENTS = ("on_step_begin", "on_substep_end", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end")
@@ -117,6 +128,16 @@ class Probe(TrainerCallback):
         self._quiet_start: dict | None = None
         #: head starts (:mod:`tracetui.runner.turns`): the run's :class:`~tracetui.runner.turns.Gate`
         self.gate: Any = None
+        #: whether the read-back settings say when the trainer evaluates, saves and logs
+        #: (``between_every``: what a projection of the real run counts); a built-in sweep's
+        #: trainer is tracetui's own, whose schedule is no one's real run
+        self.between_schedule = True
+        #: the pending step the trainer's work between steps follows (None inside a step)
+        self._after: dict | None = None
+        #: an evaluation has begun (its prediction steps or its metrics' log seen)
+        self._evaluating = False
+        #: the control object the trainer passes its callbacks (who stopped training: :meth:`trainer_stop`)
+        self._control: Any = None
 
     # ---- attaching -----------------------------------------------------------------------
     def attach(self, model: Any) -> None:
@@ -253,6 +274,12 @@ class Probe(TrainerCallback):
         self.world = int(getattr(args, "world_size", 1) or 1)
         # The optimizer exists by now (created before on_train_begin): read back what will run.
         self.settings = read_back(args, model, kwargs.get("optimizer"))
+        if self.between_schedule:
+            every = between_schedule(args, state, kwargs.get("train_dataloader", getattr(self, "train_loader", None)))
+            if every:
+                self.settings["between_every"] = every
+        self._control = control if watch_stops(control) else None
+        self._after, self._evaluating = None, False
         if self.announce_settings:
             self.emit(self.settings_event())
         if self.gate is not None:
@@ -286,6 +313,7 @@ class Probe(TrainerCallback):
         return make(RUN_SETTINGS, self.run_id, rank=self.rank, settings=self.settings)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        self._after, self._evaluating = None, False
         if not self.enabled or self.clock is None:
             return
         if not self.cuda:
@@ -319,6 +347,34 @@ class Probe(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs and isinstance(logs["loss"], (int, float)):
             self._logged_loss[state.global_step] = float(logs["loss"])
+        if self._after is None or not logs or "train_runtime" in logs:
+            return  # inside a step, or the trainer's closing summary once training is done
+        if self._evaluating or any(str(k).startswith("eval_") for k in logs):
+            self._evaluating = True  # an evaluation's metrics: the evaluation ends at on_evaluate
+            return
+        self._between("on_log")
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        if self._after is not None:
+            self._evaluating = True
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._between("on_evaluate")
+        self._evaluating = False
+
+    def on_save(self, args, state, control, **kwargs):
+        self._between("on_save")
+
+    def _between(self, event: str) -> None:
+        """The trainer's work between steps that ``event`` ends: timed from the edge before it
+        (the step's end, or the work before it), carried by the step it followed, and the next
+        step begins after it."""
+        item = self._after
+        if item is None or not self.enabled or self.clock is None or self._last_end is None:
+            return
+        mark = self.clock.mark(_BETWEEN_OF[event])
+        item["between"].append((mark.label, self._last_end, mark))
+        self._last_end = mark
 
     def on_step_end(self, args, state, control, **kwargs):
         if not self.enabled or self.clock is None or not self._marks:
@@ -358,8 +414,9 @@ class Probe(TrainerCallback):
         self._pending.append(dict(
             step=self._step, marks=marks, values=values, peak=peak, samples=self._samples,
             padded=self._padded_tokens, has_loss=bool(self._losses), has_tokens=bool(self._tokens),
-            rows=rows, shapes=self._shapes, t_end=time.time(),
+            rows=rows, shapes=self._shapes, t_end=time.time(), between=[],
         ))
+        self._after = self._pending[-1]
         self._last_end = end
         self._losses, self._tokens, self._rows, self._shapes = [], [], [], []
         self._samples = self._padded_tokens = 0
@@ -388,6 +445,26 @@ class Probe(TrainerCallback):
         if self.gate is not None:
             self.gate.end()
 
+    def trainer_stop(self, state: Any) -> str | None:
+        """Why the trainer ended before its planned steps, in words (``stopped by the trainer at
+        step 5 of 12: EarlyStoppingCallback set should_training_stop in on_evaluate``), or None:
+        it ran them all, or tracetui's own stopping rule ended it (``stop_reason``)."""
+        done, planned = int(getattr(state, "global_step", 0) or 0), int(getattr(state, "max_steps", 0) or 0)
+        if self.stop_reason or not planned or done >= planned:
+            return None
+        setter = stopped_by(self._control)
+        if setter is not None and setter.get("probe"):
+            return None
+        if setter is None:
+            why = "its training loop ended with no callback setting should_training_stop (the training data ran out)"
+        elif setter.get("kind") == "callback":
+            why = f"{setter['who']} set should_training_stop in {setter['in']}"
+        elif setter.get("kind") == "trainer":
+            why = f"the trainer's own loop set should_training_stop ({setter['who']}.{setter['in']})"
+        else:
+            why = f"{setter['who']} set should_training_stop"
+        return f"stopped by the trainer at step {done} of {planned}: {why}"
+
     # ---- resolution ------------------------------------------------------------------------
     def _resolve(self, block: bool) -> None:
         """Emit finished steps in order. A step is held back at least until the next step
@@ -395,7 +472,7 @@ class Probe(TrainerCallback):
         until its end event has completed. ``block`` (end of training only) waits."""
         while self._pending:
             item = self._pending[0]
-            last = item["marks"][-1]
+            last = item["between"][-1][2] if item["between"] else item["marks"][-1]
             if not block and item["step"] >= self._step:
                 return
             if not self.clock.ready(last):
@@ -403,6 +480,8 @@ class Probe(TrainerCallback):
                     return
                 self.clock.wait(last)
             self._pending.pop(0)
+            if item is self._after:
+                self._after = None  # (the end of training: nothing more follows it)
             record = self._record(item)
             if not record.warmup:
                 self._measured_walls.append(record.wall_ms)
@@ -422,7 +501,11 @@ class Probe(TrainerCallback):
         bwd = phases["backward"]
         wall = self.clock.elapsed_ms(marks[0], marks[-1])
         host_ms = (marks[-1].host - marks[0].host) * 1000.0
-        self.clock.release(marks[:-1])  # the end mark is the next step's start: kept
+        between: dict[str, list[float]] = {}
+        for kind, a, b in item["between"]:
+            between.setdefault(kind, []).append(max(0.0, self.clock.elapsed_ms(a, b)))
+        # the last mark is the next step's start: kept (the step's end, or the last work after it)
+        self.clock.release(marks[:-1] + [a for _, a, _ in item["between"]])
         loss = tokens = None
         if item["values"] is not None:
             vals = item["values"].tolist()
@@ -431,6 +514,8 @@ class Probe(TrainerCallback):
         if loss is None:
             loss = self._logged_loss.pop(item["step"], None)
         extra = {"t_end": item["t_end"]}
+        if between:
+            extra["between_ms"] = between
         if item["shapes"]:
             extra["micro_shapes"] = item["shapes"]
         if item["rows"] is not None:
@@ -462,6 +547,102 @@ class Probe(TrainerCallback):
             samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
             extra=extra,
         )
+
+
+class _WatchedControl(TrainerControl):
+    """The trainer's ``TrainerControl``, which notes who sets ``should_training_stop`` (the frame
+    that assigns it: a callback, the trainer's own loop, or another function) as training is
+    stopped: the one way to say which of several callbacks stopped it, whatever event it did it
+    in. Given to the one object the trainer passes its callbacks (:func:`watch_stops`); its
+    fields, and what the trainer saves of it, are unchanged."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "should_training_stop":
+            if not value:
+                self.__dict__.pop("_tracetui_stopped_by", None)
+            elif not self.__dict__.get(name):
+                try:
+                    self.__dict__["_tracetui_stopped_by"] = _setter(sys._getframe(1))
+                except Exception:  # noqa: BLE001 - never break the user's training
+                    pass
+        object.__setattr__(self, name, value)
+
+
+def watch_stops(control: Any) -> bool:
+    """Have the trainer's control object note who stops training (:class:`_WatchedControl`);
+    whether it does (a control object of another class is left as it is)."""
+    if type(control) is TrainerControl:
+        control.__class__ = _WatchedControl
+    if isinstance(control, _WatchedControl):
+        control.__dict__.pop("_tracetui_stopped_by", None)  # a new training
+        return True
+    return False
+
+
+def stopped_by(control: Any) -> dict | None:
+    """Who set ``control.should_training_stop`` in this training (:func:`watch_stops`), or None."""
+    return getattr(control, "__dict__", {}).get("_tracetui_stopped_by")
+
+
+def _setter(frame: Any) -> dict:
+    """Who runs in ``frame`` (the one that set the flag) or the frames that called it: the first
+    callback (``kind`` callback; ``probe`` where it is tracetui's own), else the trainer (its own
+    loop), else the function that set it."""
+    first = frame
+    trainer = getattr(sys.modules.get("transformers.trainer"), "Trainer", ())
+    for _ in range(8):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        name = type(owner).__name__
+        if isinstance(owner, TrainerCallback) and name != "CallbackHandler":
+            event = frame.f_code.co_name
+            while frame.f_back is not None and frame.f_back.f_locals.get("self") is owner:
+                frame = frame.f_back  # a helper of the callback's: the event that called it
+                event = frame.f_code.co_name
+            return {"kind": "callback", "who": name, "in": event, "probe": isinstance(owner, Probe)}
+        if trainer and isinstance(owner, trainer):
+            return {"kind": "trainer", "who": name, "in": frame.f_code.co_name}
+        frame = frame.f_back
+    return {"kind": "function", "who": getattr(first.f_code, "co_qualname", first.f_code.co_name)}
+
+
+def between_schedule(args: Any, state: Any, loader: Any = None) -> dict:
+    """When the trainer evaluates, saves and logs between steps (:data:`tracetui.phases.BETWEEN`),
+    from its arguments, as :func:`tracetui.analysis.between.occurrences` counts them for a run of
+    any length: ``every`` N optimizer steps (``ratio``: a fraction of the run's steps, as
+    ``eval_steps=0.25``), from step ``delay``, once more at the end where the trainer does that
+    (``at_end``), on the first step (``first``); ``epoch``: at each epoch's end, of ``every``
+    steps (unknown: absent); ``every`` 0: never. A kind decided as it goes (``save_strategy="best"``)
+    is absent."""
+    ga = max(1, int(getattr(args, "gradient_accumulation_steps", 1) or 1))
+    try:
+        per_epoch = math.ceil(len(loader) / ga) if loader is not None else None
+    except TypeError:  # a loader without a length (an iterable data set)
+        per_epoch = None
+    out: dict[str, dict] = {}
+    for kind, strategy, raw in (("eval", "eval_strategy", "eval_steps"), ("save", "save_strategy", "save_steps"),
+                                ("log", "logging_strategy", "logging_steps")):
+        how = str(getattr(getattr(args, strategy, None), "value", getattr(args, strategy, None)) or "no")
+        if how == "no":
+            out[kind] = {"every": 0}
+        elif how == "steps":
+            given, every = getattr(args, raw, None), getattr(state, raw, None)
+            if not every:
+                continue
+            entry: dict[str, Any] = {"every": int(every)}
+            if isinstance(given, float) and 0 < given < 1:
+                entry["ratio"] = given
+            if kind == "eval":
+                entry.update(delay=int(getattr(args, "eval_delay", 0) or 0), at_end=True)
+            elif kind == "save":
+                entry["at_end"] = True
+            elif getattr(args, "logging_first_step", False):
+                entry["first"] = True
+            out[kind] = entry
+        elif how == "epoch" and per_epoch:
+            out[kind] = {"every": per_epoch, "epoch": True}
+    return out
 
 
 def _row_sums(torch: Any, ids: Any, mask: Any, labels: Any, positions: Any) -> Any:

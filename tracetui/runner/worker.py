@@ -229,7 +229,8 @@ def run(spec: dict, mp_queue: Any) -> None:
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
                        **({"waited_s": metrics["waited_s"]} if "waited_s" in metrics else {}),
                        steps=metrics.get("steps"), stopped_early=metrics.get("stopped_early", False),
-                       stop_reason=metrics.get("stop_reason"), quiet=metrics.get("quiet") or {}))
+                       stop_reason=metrics.get("stop_reason"), trainer_stop=metrics.get("trainer_stop"),
+                       quiet=metrics.get("quiet") or {}))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
         if _was_interrupted(exc):
             sink.emit(make(RUN_FAILED, run_id, kind="interrupted", message="stopped by the sweep"))
@@ -419,6 +420,8 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     if cfg.until_confident is not None:
         stop = StopRule(cfg.until_confident, cfg.min_steps, spec.get("references") or [])
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
+    if probe is not None:
+        probe.between_schedule = False  # tracetui's own trainer: when it logs is no one's real run
     extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
     if probe is not None and spec.get("turn") is not None:
         said = []
@@ -447,6 +450,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     metrics["steps"] = trainer.state.global_step
     metrics["stopped_early"] = trainer.state.global_step < cfg.steps
     metrics["stop_reason"] = probe.stop_reason if probe is not None and metrics["stopped_early"] else None
+    metrics["trainer_stop"] = probe.trainer_stop(trainer.state) if probe is not None else None
     metrics["quiet"] = (probe or extra[0]).load
     del trainer
     if device == "cuda":

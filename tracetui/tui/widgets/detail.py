@@ -8,6 +8,7 @@ import math
 from rich.text import Text
 
 from ...analysis import BOUNDS, MEMORY_SHARE, Results, RunData, step_span
+from ...analysis.between import between_words
 from ...columns import STATUS_STYLE, fmt
 from ...events import FAIL_KINDS
 from ...phases import PHASES
@@ -172,6 +173,11 @@ class DetailPane(Pane):
             text.append_text(bar)
             if row.get("gpu_util_mean") is not None:
                 text.append(f"\nGPU busy {row['gpu_util_mean']:.0f}% of the time")
+            between = between_words(row)
+            if between:
+                text.append(f"\nbetween steps, per run (in no step): {between}")
+        if row and row.get("trainer_stop"):
+            text.append(f"\n{row['trainer_stop']}", style="yellow")
         if row and row.get("peak_mem_gib") is not None:
             cap = row.get("memory_limit_gib") or row.get("mem_total_gib")
             text.append(f"\nmemory: peak {row['peak_mem_gib']:.1f}")

@@ -228,6 +228,32 @@ def busy_marked(text: str, rows) -> bool:
     return ("[measured on a busy machine: " in text) == busy
 
 
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str):
+    """A real small file system of ``size`` (``16k``) mounted on ``folder`` (made), unmounted after;
+    the test is skipped where it cannot be mounted (not root)."""
+    folder.mkdir(exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real file system with no space left (a 64 KiB tmpfs, filled)."""
+    with tmpfs(tmp_path / "full", "64k") as folder:
+        fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x" * 4096)
+        os.close(fd)
+        yield folder
+
+
 @pytest.fixture
 def short_tmp():
     """A fresh folder with a short path, removed after the test: a $TMPDIR for tracetui's sockets

@@ -179,11 +179,15 @@ def test_write_refuses_links_and_non_files_and_replaces_whole(tmp_path):
     target.write_text("keep: me\n")
     link = tmp_path / "best.yaml"
     link.symlink_to(target)
-    with pytest.raises(ValueError, match="symbolic link"):
+    with pytest.raises(OSError, match="symbolic link"):
         write_trl_config(str(link), row, SweepConfig(), ["trl", "sft", "--model_name_or_path", "m"])
     assert target.read_text() == "keep: me\n" and link.is_symlink()
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(OSError, match="is a folder, not a file"):
         write_trl_config(str(tmp_path), row, SweepConfig())
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # (opened for writing, it would wait for a reader for ever)
+    with pytest.raises(OSError, match="is a FIFO"):
+        write_trl_config(str(fifo), row, SweepConfig())
     out = tmp_path / "sub" / "r.yaml"
     out.parent.mkdir()
     out.write_text("old: 1\n")

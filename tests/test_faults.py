@@ -226,13 +226,13 @@ def test_monitor_without_a_terminal_says_so_at_once(faulted_sweeps):
 
 
 @pytest.mark.slow
-def test_output_full_disk_keeps_results_in_jsonl(tmp_path):
-    runs = tmp_path / "runs"
-    proc = run_main("--export", "csv", "-o", "/dev/full", "--splits", "2x2", "--steps", 3, "--warmup", 1,
+def test_output_full_disk_keeps_results_in_jsonl(tmp_path, full_disk):
+    runs, out = tmp_path / "runs", full_disk / "summary.csv"
+    proc = run_main("--export", "csv", "-o", out, "--splits", "2x2", "--steps", 3, "--warmup", 1,
                     "--seq-len", 32, "--runs-dir", runs, cwd=tmp_path)
     assert proc.returncode == 1
     line = [l for l in proc.stderr.splitlines() if l.startswith("tracetui: error:")][0]
-    assert "cannot write /dev/full (No space left on device)" in line and "tracetui show" in line
+    assert f"cannot write {out} (No space left on device)" in line and "tracetui show" in line
     again = tmp_path / "again.csv"
     proc = run_main("show", _log(runs), "--export", "csv", "-o", again)
     assert proc.returncode == 0 and read_csv(again)[0]["status"] == "ok"

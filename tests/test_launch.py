@@ -279,7 +279,7 @@ def test_a_config_trainers_recommendation_is_its_own_config_with_the_keys(tmp_pa
     assert out.read_text() == AXOLOTL.replace("micro_batch_size: 2", "micro_batch_size: 4").replace(
         "gradient_accumulation_steps: 2  #", "gradient_accumulation_steps: 1  #")
     os.symlink(out, tmp_path / "link.yml")
-    with pytest.raises(ValueError, match="is a symbolic link"):
+    with pytest.raises(OSError, match="is a symbolic link"):
         write_config(str(tmp_path / "link.yml"), row, SweepConfig(), cmd)
 
 

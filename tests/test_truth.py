@@ -352,17 +352,9 @@ def test_full_disk_under_the_runs_dir_is_reported_not_hidden(tmp_path):
     """--runs-dir on a filesystem that fills up mid-sweep (a real 16 KB tmpfs): the splits still
     finish ok (the worker's own log cannot stop training), the event log holds only whole lines,
     and the exit status and one line say the outputs are incomplete."""
-    import os
-    import subprocess as sp
+    from .conftest import read_csv, run_main, tmpfs
 
-    from .conftest import read_csv, run_main
-
-    small = tmp_path / "small"
-    small.mkdir()
-    if os.geteuid() != 0 or sp.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(small)],
-                                   capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with tmpfs(tmp_path / "small", "16k") as small:
         out = tmp_path / "out.csv"
         proc = run_main("--export", "csv", "-o", out, "--splits", "1x2,2x1", "--effective-batch", 2, "--steps", 30,
                         "--warmup", 1, "--seq-len", 16, "--runs-dir", small)
@@ -373,8 +365,6 @@ def test_full_disk_under_the_runs_dir_is_reported_not_hidden(tmp_path):
         log = next(small.glob("*/events.jsonl"))
         text = log.read_bytes()
         assert text.endswith(b"\n") and all(json.loads(line) for line in text.splitlines())  # no torn line
-    finally:
-        sp.run(["umount", "-l", str(small)], capture_output=True)
 
 
 def test_the_sweeps_own_processes_are_not_other_load():

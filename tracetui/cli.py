@@ -36,13 +36,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: the subcommands (``tracetui NAME``), each ``commands.NAME_main``
+COMMANDS = ("show", "watch", "sweep", "run")
+
+
+def unknown_command(word: str) -> str:
+    """The line for ``tracetui WORD ...`` where WORD is no subcommand: the one it is closest to."""
+    import difflib
+
+    from .text import clean
+
+    near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.6)
+    return (f"{clean(word[:40])} is not a command" + (f" (did you mean {near[0]}?)" if near else "")
+            + f"; the commands are {', '.join(COMMANDS)}, or flags alone for the built-in sweep: see `tracetui --help`")
+
+
 def main(argv: list[str] | None = None) -> int:
     clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         check_environment()  # the TRACETUI_* variables, as the flags: before anything runs
-        if argv and argv[0] in ("show", "watch", "sweep", "run"):
+        if argv and argv[0] in COMMANDS:
             return getattr(commands, f"{argv[0]}_main")(argv[1:])
+        if argv and not argv[0].startswith("-"):  # (the sweep's own flags take no word before them)
+            raise UsageError(unknown_command(argv[0]))
         ns = build_parser().parse_args(argv)
         # the monitor opens before the checks that import the libraries, and says it waits on them
         cfg, splits = load_config(ns, defer=not ns.export and not ns.dry_run)

@@ -39,10 +39,14 @@ def _check_outputs(ns, default: str | None = None) -> None:
     when no ``-o`` is given (beside the log: refused too if a summary is already there)."""
     try:
         check_outputs(ns)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    try:
         if default and not ns.output:
+            check_writable(default, "--output")
             check_new(default, "--output", ns.force)
     except ConfigError as exc:
-        raise UsageError(f"{exc}" + ("; or give -o PATH" if default and not ns.output else "")) from None
+        raise UsageError(f"{exc}; or give -o PATH") from None
 
 
 def _check_runs_dir(ns) -> None:
@@ -192,7 +196,6 @@ def _run_parser() -> Parser:
 
 def run_main(argv: list[str]) -> int:
     import shlex
-    import shutil
 
 
     own, cmd = _command_after_dashes(argv, "run", _run_parser)
@@ -201,10 +204,10 @@ def run_main(argv: list[str]) -> int:
         raise UsageError("run: no training command given; write it after --, e.g. -- python train.py")
     if ns.warmup < 0:
         raise UsageError(f"--warmup: must be 0 or more, got {ns.warmup}; give e.g. --warmup 3")
-    if shutil.which(cmd[0]) is None:
-        raise UsageError(f"run: {cmd[0]} is not a command here (not on PATH, not an executable file)")
     try:
+        check_program(cmd, "run")
         check_script_exists(cmd)
+        check_script_values(cmd, "run")
     except ConfigError as exc:
         raise UsageError(str(exc).replace("sweep:", "run:", 1)) from None
     _check_runs_dir(ns)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .knobs import KNOBS, fmt, knob_named
-from .paths import folder_problem, input_file_problem
+from .paths import data_file_problem, folder_problem, input_file_problem
 from .text import clean
 from .presets import PRESETS
 from .trial import Trial
@@ -66,7 +66,7 @@ def _config_error(cls: type, field_name: str, message: str) -> ConfigError:
 def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = None, negatable: bool = False,
             metavar: str | None = None, const: Any = None, show_default: bool = True, append: bool = False,
             low: float | None = None, high: float | None = None, above: float | None = None,
-            below: float | None = None, unit: str = "", example: str = "") -> Any:
+            below: float | None = None, unit: str = "", example: str = "", output: bool = False) -> Any:
     """One sweep setting, declared once: its default, type, range, help and flag. The TOML key,
     the flag, its coercion, its checks and ``--help`` are all derived from this
     (:func:`add_arguments`, :func:`from_mapping`, :func:`check_fields`). ``kind``: the value's
@@ -74,11 +74,13 @@ def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = Non
     ``negatable``: also ``--no-name``; ``const``: the value of the flag given without one.
     ``low``/``high``: the least and greatest value allowed, ``above``/``below``: bounds the
     value must be strictly beyond (what the libraries that take it accept, or what is
-    plausible); ``unit`` and ``example`` go into the one line that refuses a value."""
+    plausible); ``unit`` and ``example`` go into the one line that refuses a value. ``output``:
+    the value is the path of a file tracetui writes, checked as every output is before anything
+    runs (:func:`output_settings`, :func:`tracetui.session.check_outputs`)."""
     kind = kind or type(default)
     meta = dict(help=help, kind=kind, flag=flag, negatable=negatable, metavar=metavar, const=const,
                 show_default=show_default, nullable=default is None, append=append, low=low, high=high,
-                above=above, below=below, unit=unit, example=example)
+                above=above, below=below, unit=unit, example=example, output=output)
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -112,7 +114,7 @@ class SweepConfig:
                                                     "to the trainer both ways)", negatable=True)
     # Speed settings that leave training the same (tracetui.knobs): each is passed to the trainer
     # explicitly, at its default too, and can be compared with --vary NAME=v1,v2.
-    attn_implementation: str = setting("sdpa", "attention kernel: sdpa, eager, flex_attention, flash_attention_2")
+    attn_implementation: str = setting("sdpa", "attention kernel: " + ", ".join(KNOBS["attn_implementation"].values))
     liger: bool = setting(False, "Liger's fused kernels (needs liger-kernel and a GPU)", negatable=True)
     torch_compile: bool = setting(False, "torch.compile the model (compile time shown apart)", negatable=True)
     padding_free: bool = setting(False, "TRL padding-free batches", negatable=True)
@@ -130,7 +132,7 @@ class SweepConfig:
     allow_busy: bool = setting(False, "give the verdict and the recommendation even when the machine was busy "
                                       "while it measured (marked as such everywhere); by default they are held back")
     emit_config: str = setting("", "write the recommendation as a TRL config file that `trl sft --config FILE` "
-                                   "reads", metavar="FILE.yaml", show_default=False)
+                                   "reads", metavar="FILE.yaml", show_default=False, output=True)
     lr: float = setting(2e-4, "learning rate", above=0.0, example="2e-4")
     #: what numpy's seeding takes (transformers' set_seed seeds numpy too): any other seed
     #: failed in every run
@@ -224,6 +226,14 @@ class SweepConfig:
         return asdict(self)
 
 
+def output_settings() -> list[tuple[str, str]]:
+    """``(setting, flag)`` of every setting declared an output (``setting(..., output=True)``):
+    each is refused before anything runs where it cannot be written as a whole regular file
+    (:func:`tracetui.session.check_outputs`)."""
+    return [(f.name, f.metadata["flag"] or "--" + f.name.replace("_", "-")) for f in fields(SweepConfig)
+            if f.metadata.get("output")]
+
+
 #: each speed setting's default: what a setting left alone is
 KNOB_DEFAULTS: dict[str, Any] = {name: getattr(SweepConfig(), name) for name in KNOBS}
 
@@ -239,6 +249,11 @@ def parse_vary(items: list[str]) -> dict[str, list[Any]]:
                               f"use one of {', '.join(KNOBS)}, e.g. --vary attn_implementation=sdpa,eager")
         if knob.name in out:
             raise ConfigError("--vary", f"{knob.name} is varied twice", "give its values once, comma-separated")
+        quote = next((q for q in "\"'" if q in values), None)
+        if quote:  # (no value of any setting holds a comma or a quote: nothing to quote)
+            raise ConfigError("--vary", f"{shown(item)} holds a quote ({quote}), and values are not quoted",
+                              f"separate the values by commas alone, e.g. --vary {knob.name}="
+                              + ",".join(fmt(v) for v in _examples(knob)[:2]))
         vals: list[Any] = []
         for raw in values.split(","):
             if not raw.strip():
@@ -247,14 +262,24 @@ def parse_vary(items: list[str]) -> dict[str, list[Any]]:
                 v = knob.coerce(raw)
             except ValueError as exc:
                 raise ConfigError("--vary", f"{knob.name}: {exc}",
-                                  f"give values like {', '.join(fmt(v) for v in (knob.values or ())[:3]) or '...'}") from None
+                                  f"give values like {', '.join(fmt(v) for v in _examples(knob)[:3])}") from None
             if v not in vals:
                 vals.append(v)
         if len(vals) < 2:
             raise ConfigError("--vary", f"{knob.name} needs at least two different values to compare, got {values!r}",
-                              f"e.g. --vary {knob.name}=" + ",".join(fmt(v) for v in (knob.values or ("a", "b"))[:2]))
+                              f"e.g. --vary {knob.name}=" + ",".join(fmt(v) for v in _examples(knob)[:2]))
         out[knob.name] = vals
     return out
+
+
+#: values to show in a fix for the settings whose values are open (the optimizer, the loss)
+_EXAMPLES = {"optim": ("adamw_torch", "adamw_torch_fused"), "loss_type": ("nll", "dft"),
+             "dataloader_workers": (0, 2)}
+
+
+def _examples(knob) -> tuple:
+    """Values of ``knob`` a fix may show."""
+    return tuple(knob.values or _EXAMPLES.get(knob.name, ("a", "b")))
 
 
 def parse_split(text: str) -> Trial:
@@ -356,6 +381,11 @@ def _vary_items(value: Any) -> list[str]:
     """``vary`` from flags (a list of NAME=V1,V2), or TOML (that list, or a table of
     name = [values])."""
     if isinstance(value, dict):
+        for k, vs in value.items():
+            for v in vs if isinstance(vs, list) else [vs]:
+                if any(c in fmt(v) for c in ",\"'"):  # (it would be split at its comma)
+                    raise ConfigError("vary", f"{k}: {shown(v)} holds a comma or a quote, which no value of a "
+                                      "setting has", "give each value as it is named, e.g. \"adamw_torch\"")
         return [f"{k}=" + ",".join(fmt(v) for v in (vs if isinstance(vs, list) else [vs])) for k, vs in value.items()]
     if isinstance(value, str):
         return [value]
@@ -471,6 +501,11 @@ def check_sources(cfg: SweepConfig) -> None:
         if p.suffix.lower() not in DATA_SUFFIXES:
             raise ConfigError("--dataset", f"{p.suffix or 'no suffix'} is not a supported data file",
                               "use .json, .jsonl, .parquet, .txt or .csv")
+        why = data_file_problem(cfg.dataset, text=DATA_SUFFIXES[p.suffix.lower()] != "parquet",
+                                rows=p.suffix.lower() == ".jsonl")
+        if why:
+            raise ConfigError("--dataset", f"{cfg.dataset} {why}",
+                              "save it as UTF-8" if "UTF-8" in why else "give a data file with rows of text in it")
 
 
 def shown(value: Any, limit: int = 40) -> str:

@@ -30,7 +30,6 @@ import dataclasses
 import enum
 import os
 import shlex
-import tempfile
 from pathlib import Path
 from typing import Any, Collection
 
@@ -39,6 +38,7 @@ import yaml
 from .analysis import sft_arguments
 from .config import DATA_SUFFIXES, SweepConfig, dataset_kind, model_kind
 from .knobs import model_args
+from .paths import write_whole
 from .runner.launch import ConfigFile, launcher_for, script_parts
 from .runner.script import script_command
 from .trial import Trial
@@ -338,45 +338,18 @@ def write_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None =
         notes = write_trl_config(path, row, cfg, cmd)
         return f"TRL config for {row['trial']} in {path}: trl sft --config {path}", notes
     text, changed, said = trainer.handed(list(cmd), Trial.from_fields(row))
-    _write_whole(path, text)
+    write_whole(path, text)
     argv = list(cmd)
     argv[trainer.index] = path
     notes = [f"{k}: {old} -> {new}" for k, old, new in changed] + said
     return f"{trainer.name} config for {row['trial']} in {path}: {shlex.join(argv)}", notes
 
 
-def _write_whole(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file in the same folder, then
-    renamed over ``path``. A symbolic link or anything but a regular file at ``path`` is refused
-    (:class:`ValueError`), never written through."""
-    if os.path.islink(path):
-        raise ValueError(f"--emit-config: {path} is a symbolic link; give the path of a regular file "
-                         "(tracetui does not write through links)")
-    if os.path.lexists(path) and not os.path.isfile(path):
-        raise ValueError(f"--emit-config: {path} exists and is not a regular file; give a file path")
-    folder = os.path.dirname(os.path.abspath(path))
-    mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
     """Write :func:`trl_config`'s file to ``path`` (the notes as comments at its top) and return
-    the notes (see :func:`_write_whole`)."""
+    the notes (see :func:`tracetui.paths.write_whole`)."""
     data, notes = trl_config(row, cfg, cmd, path=path)
     text = "".join(f"# {' '.join(n.splitlines())}\n" for n in notes)
     text += yaml.safe_dump(data, sort_keys=False)
-    _write_whole(path, text)
+    write_whole(path, text)
     return notes

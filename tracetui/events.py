@@ -140,8 +140,9 @@ _AT_LEAST = {"micro_batch": 1, "grad_accum": 1, "world_size": 1, "effective_batc
              "rank": 0, "gpu_index": 0, "gpu": 0, "repeat": 0, "tokens": 0, "samples": 0,
              "scored_tokens": 0, "token_pairs": 0}
 
-#: a split label as tracetui writes them (``2x2``, ``2x2x4``): no markup, no control characters
-_LABEL = re.compile(r"[A-Za-z0-9._#@:+=, -]{1,120}")
+#: a split label as tracetui writes them (``2x2``, ``2x2x4``): no markup, no control characters;
+#: long enough for a trial of every speed setting varied at its longest value (175 characters)
+_LABEL = re.compile(r"[A-Za-z0-9._#@:+=, -]{1,400}")
 
 #: how deep unlisted fields and nested objects may go (JSON objects/lists inside each other)
 _MAX_DEPTH = 4
@@ -152,6 +153,42 @@ _TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: 
 
 class SchemaError(ValueError):
     """An event does not match the schema; the message says which field."""
+
+
+#: the longest step tracetui takes for a measurement: a day. A step time beyond it, or one that
+#: is not finite, or not positive (the wall time; a phase may be 0), is no step that ran
+#: (``wall_ms`` 1e308 wrote a p90 of 309 digits and a time before the first step of -1e305 s)
+MAX_STEP_MS = 24 * 3600 * 1000.0
+#: a step event's times, in ms: the wall time (above 0), and the host clock's, each phase's
+#: (per micro-batch for forward and backward) and the sync estimates (at least 0)
+STEP_TIMES = ("wall_ms", "host_ms", *(p.field for p in PHASES), "backward_sync_ms", "backward_nosync_ms",
+              "comm_est_ms")
+#: the end of the year 9999 in unix seconds: no event's time (``t``, ``t_end``) is later (one of
+#: 1e300 gave durations of as many digits)
+MAX_UNIX_S = 253402300800.0
+#: what a bad event of :class:`OutOfBounds` is counted as (:func:`parse_line`, the listener)
+OUT_OF_BOUNDS = "step time out of bounds"
+
+
+class OutOfBounds(SchemaError):
+    """A step time that cannot be a real step's (:data:`MAX_STEP_MS`)."""
+
+
+def _step_bounds(event: dict) -> None:
+    """Raise :class:`OutOfBounds` for a time of step ``event`` that no step takes; values that
+    are not numbers are the type check's to refuse."""
+    for name in STEP_TIMES:
+        value = event.get(name)
+        for x in value if isinstance(value, list) else [value]:
+            if not isinstance(x, _NUM) or isinstance(x, bool):
+                continue
+            if not math.isfinite(x):
+                raise OutOfBounds(f"step.{name} is not finite")
+            if x > MAX_STEP_MS or x < 0 or (name == "wall_ms" and x <= 0):
+                raise OutOfBounds(f"step.{name} is {x:g} ms: a step takes more than 0 ms and at most a day")
+    end = event.get("t_end")
+    if isinstance(end, _NUM) and not isinstance(end, bool) and not 0 <= end < MAX_UNIX_S:
+        raise OutOfBounds("step.t_end is not a time from 1970 to 9999")
 
 
 def _finite(x: Any) -> bool:
@@ -232,9 +269,11 @@ def validate(event: Any) -> dict:
     run_id = event.get("run_id")
     if not isinstance(run_id, str) or not run_id or len(run_id) > 200:
         raise SchemaError("run_id must be a non-empty string of at most 200 characters")
-    if not _finite(event.get("t")):
-        raise SchemaError("t must be a number (unix seconds)")
+    if not _finite(event.get("t")) or not 0 <= event["t"] < MAX_UNIX_S:
+        raise SchemaError("t must be a number of unix seconds (from 1970 to 9999)")
     required, optional = _REQUIRED[etype], _OPTIONAL.get(etype, {})
+    if etype == STEP:
+        _step_bounds(event)
     for name, types in required.items():
         if name not in event:
             raise SchemaError(f"{etype}.{name} is missing")
@@ -250,6 +289,10 @@ def validate(event: Any) -> dict:
     if etype == RUN_STARTED and not _LABEL.fullmatch(event["label"]):
         raise SchemaError("run_started.label must be a trial like 2x2 or 2x2 attn=eager (letters, digits, "
                           "spaces, . _ - # @ : + = ,)")
+    if etype == SWEEP and any(isinstance(v, _NUM) and not 0 <= v < MAX_UNIX_S for v in event["times"].values()):
+        raise SchemaError("sweep.times holds a time that is not from 1970 to 9999")
+    if etype == RUN_STAGE and not 0 <= event["elapsed_s"] <= event["t"]:
+        raise SchemaError("run_stage.elapsed_s must be from 0 to its time t (seconds since its process started)")
     if etype == RUN_FAILED and event["kind"] not in RUN_FAILED_KINDS:
         raise SchemaError(f"run_failed.kind must be one of {', '.join(RUN_FAILED_KINDS)}")
     return event
@@ -274,7 +317,8 @@ def loads(line: bytes | str) -> Any:
 
 def parse_line(line: bytes | str) -> tuple[dict | None, str | None]:
     """One JSONL line from outside (a log file, the attach socket) as ``(event, None)``, or
-    ``(None, reason)`` with reason ``not JSON``, ``unknown schema version`` or ``schema mismatch``.
+    ``(None, reason)`` with reason ``not JSON``, ``unknown schema version``, ``schema mismatch`` or
+    :data:`OUT_OF_BOUNDS`.
 
     Never raises: a line nested too deep for the parser (``[[[[...``) is ``not JSON``."""
     try:
@@ -283,6 +327,8 @@ def parse_line(line: bytes | str) -> tuple[dict | None, str | None]:
         return None, "not JSON"
     try:
         return validate(event), None
+    except OutOfBounds:
+        return None, OUT_OF_BOUNDS
     except SchemaError as exc:
         return None, "unknown schema version" if "schema version" in str(exc) else "schema mismatch"
     except RecursionError:

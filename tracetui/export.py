@@ -3,6 +3,7 @@ Written to files by :mod:`tracetui.outputs`, the one writer."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 from .events import dumps
@@ -22,7 +23,7 @@ STEP_COLUMNS = (["run_id", "split", "rank", "step", "warmup", "wall_ms", "host_m
 
 
 def _cell(v: Any) -> Any:
-    if v is None:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):  # (no reader's number: left empty)
         return ""
     if isinstance(v, float):
         return f"{v:.6g}" if abs(v) < 1e6 else f"{v:.1f}"

@@ -22,6 +22,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .accepted import OPTIMIZERS, SFT_LOSSES, Declared
+
 #: values that mean on/off in --vary and TOML
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
@@ -75,7 +77,10 @@ class Knob:
         if self.kind is int:
             if isinstance(raw, bool):
                 raise ValueError(f"{raw!r} is not a whole number")
-            value = int(str(raw).strip())
+            try:
+                value = int(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"{str(raw)[:40]!r} is not a whole number") from None
             if value < 0:
                 raise ValueError(f"{raw!r} is negative")
             return value

@@ -149,20 +149,15 @@ class Outputs:
 
     # ---- writing -------------------------------------------------------------------------------
     def refusal(self, path: str) -> str | None:
-        """Why ``path`` may not be written by this writer now, or None."""
+        """Why ``path`` may not be written by this writer now, or None: anything there but a
+        regular file (:func:`tracetui.paths.output_file_problem`, which opens nothing), or a file
+        this writer did not write, unless ``force``."""
         if path == "-":
             return None
-        if os.path.islink(path):
-            return f"not written: {path} is a symbolic link (give the path of a file)"
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            return f"cannot write {path} ({exc.strerror})"
-        if stat.S_ISDIR(st.st_mode):
-            return f"not written: {path} is a folder"
-        if (stat.S_ISREG(st.st_mode) and st.st_size > 0 and not self.force
+        why = output_file_problem(path)
+        if why:
+            return f"not written: {path} {why}"
+        if (os.path.isfile(path) and os.path.getsize(path) > 0 and not self.force
                 and os.path.abspath(path) not in self._own):
             return f"not replaced: {path} already exists and was not written by this command (give another path, or --force)"
         return None
@@ -175,28 +170,8 @@ class Outputs:
             return
         why = self.refusal(path)
         if why:
-            raise OSError(why)
-        try:
-            regular = stat.S_ISREG(os.stat(path).st_mode)
-        except FileNotFoundError:
-            regular = True
-        if not regular:  # a device or a pipe: written into, never replaced
-            with open(path, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            return
-        tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            if exc.filename == tmp:  # the user gave path, not tmp
-                exc.filename = path
-            raise
+            raise OutputRefused(why)
+        write_whole(path, text)
         self._own.add(os.path.abspath(path))
 
     def write(self, results: Results, *, log_path: str | None = None, final: bool = True) -> Written:
@@ -214,7 +189,7 @@ class Outputs:
                 continue
             try:
                 self.put(path, body())
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # (ValueError: text the encoding cannot take)
                 done.errors.append(_why(exc, path) + where)
                 continue
             if path != "-":
@@ -252,9 +227,9 @@ class Outputs:
         try:
             why = self.refusal(self.emit_config)
             if why:
-                raise OSError(why)
+                raise OutputRefused(why)
             wrote, notes = write_config(self.emit_config, best, self.cfg, self.cmd)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             return lines + [f"error: {_why(exc, self.emit_config)}; the summary is written"]
         self._own.add(os.path.abspath(self.emit_config))
         head, _, rest = wrote.partition(" in ")
@@ -262,7 +237,11 @@ class Outputs:
         return lines + [f"  {n}" for n in notes]
 
 
-def _why(exc: OSError, path: str) -> str:
-    if exc.strerror is None and exc.args and isinstance(exc.args[0], str):
-        return exc.args[0]  # one of ours: already in words
-    return f"cannot write {exc.filename or path} ({exc.strerror or exc})"
+def _why(exc: Exception, path: str) -> str:
+    """A failed write in one line."""
+    if isinstance(exc, OutputRefused) or (isinstance(exc, OSError) and exc.strerror is None and exc.args
+                                          and isinstance(exc.args[0], str)):
+        return str(exc.args[0])  # one of ours: already in words
+    if isinstance(exc, OSError):
+        return f"cannot write {exc.filename or path} ({exc.strerror or exc})"
+    return f"cannot write {path} ({type(exc).__name__}: {exc})"

@@ -20,7 +20,7 @@ from .events import MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STE
 from .accepted import refusal as accepted_refusal, valid_list
 from .knobs import KNOBS, SHORT
 from .outputs import Outputs
-from .paths import output_file_problem
+from .paths import folder_problem, output_file_problem
 from .runner.launch import ConfigFile, environment_of, launcher_for
 from .runner.lifetime import check_start_env, forking, trial_context
 from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
@@ -104,13 +104,22 @@ class StopSignals:
     hang-up delivers two SIGHUPs close together, and the second came inside the first one's
     ``Event.set`` (seen: a monitor that never ended). Once a signal came, :meth:`release` leaves
     the signals ignored: the process is on its way out, and a signal in its last moments would
-    only print a ``KeyboardInterrupt`` traceback."""
+    only print a ``KeyboardInterrupt`` traceback.
 
-    def __init__(self, stop=None):
+    Nothing can hold the command after a signal for ever: if it has not released the signals
+    ``backstop_s`` after the first one (a write into a pipe nobody reads, a file system that
+    hangs: what the handler's thread waits in, retried after each signal, never ends), one line
+    says so and the process exits with 128 + the signal (:meth:`_backstop`); its trials die with
+    it (their parent-death signal), every measured step is in the event log already."""
+
+    def __init__(self, stop=None, backstop_s: float | None = None):
         import threading
 
         self.stop = stop
         self.signum: int | None = None
+        self.backstop_s = STOP_BACKSTOP_S if backstop_s is None else backstop_s
+        self._backstop_timer: threading.Timer | None = None
+        self._released = False
         self._old: dict = {}
         self._stopper: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
@@ -135,17 +144,42 @@ class StopSignals:
                     pass
 
     def _stop_when_woken(self) -> None:
+        import threading
+
         try:
             woken = os.read(self._wake_r, 1)  # a signal's byte, or the end of the pipe (released)
         except OSError:
             return
         finally:
             os.close(self._wake_r)
+        if woken:  # (armed before stop: stop itself may be what waits)
+            timer = self._backstop_timer = threading.Timer(self.backstop_s, self._backstop)
+            timer.daemon = True
+            if not self._released:  # (released meanwhile: see release, which reads these the other way round)
+                timer.start()
         if woken and self.stop is not None:
             try:
                 self.stop()
             except Exception as exc:  # noqa: BLE001 - said, and the exit status still says the signal
                 say(f"tracetui: stopping after {self.name} failed: {type(exc).__name__}: {exc}")
+
+    def _backstop(self) -> None:
+        """The command has not ended :attr:`backstop_s` after a stop signal: say so (on a thread of
+        its own, given 2 s: stderr may be the pipe that blocks) and exit with 128 + the signal."""
+        import threading
+
+        status = 128 + (self.signum or signal.SIGTERM)
+        line = (f"tracetui: error: still not ended {self.backstop_s:.0f} s after {self.name or 'a stop signal'} "
+                "(something it waits on does not return: a write into a pipe nobody reads, a file system that "
+                "hangs); ending now; every measured step is in the event log\n")
+        said = threading.Thread(target=_write_stderr, args=(line,), daemon=True)
+        said.start()
+        said.join(2.0)
+        try:
+            release_outputs()
+        except Exception:  # noqa: BLE001 - ending is what matters now
+            pass
+        os._exit(status)
 
     def wait_stopped(self, timeout: float = 5.0) -> None:
         """Until ``stop`` has run for a signal that came (returns at once if none came)."""
@@ -158,6 +192,7 @@ class StopSignals:
 
     def release(self) -> None:
         """Give the signals back (ignored from now on if one came); once is enough."""
+        self._released = True
         for s in self._old:  # ignored first: a signal in between must not meet the old handler
             signal.signal(s, signal.SIG_IGN)
         if self.signum is None:
@@ -167,6 +202,22 @@ class StopSignals:
         if self._wake_w >= 0:
             os.close(self._wake_w)  # a stopper still waiting ends without stopping anything
             self._wake_w = -1
+        if self._backstop_timer is not None:  # released: the command ends by itself now
+            self._backstop_timer.cancel()
+
+
+#: seconds a command may take to end after a stop signal before it is ended regardless
+#: (:class:`StopSignals`): after the workers' own grace (SIGTERM, SIGKILL 10 s later) and the
+#: monitor's last resort (45 s, then at most 10 s of writing), so it cuts short only a wait that
+#: would never end
+STOP_BACKSTOP_S = 60.0
+
+
+def _write_stderr(text: str) -> None:
+    try:
+        os.write(2, text.encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 _held_locks: dict[str, int] = {}
@@ -190,10 +241,13 @@ def lock_output(path: str, flag: str) -> None:
         return
     lock = _lock_path(key)
     while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:  # (never through a link; O_NONBLOCK: a FIFO put there cannot make this wait)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError:
             return  # a folder we cannot write in: the output check says so where it matters
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # not a lock file of ours: nothing to lock
+            os.close(fd)
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -214,8 +268,11 @@ def lock_output(path: str, flag: str) -> None:
         except FileNotFoundError:
             pass
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:  # who holds it, for the line that refuses a second writer (a full disk: held all the same)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass
     _held_locks[key] = fd
 
 
@@ -241,23 +298,28 @@ def check_new(path: str | None, flag: str, force: bool) -> None:
 
 
 def check_writable(path: str, flag: str) -> None:
+    """``path`` as an output of ``flag``: nothing there but a regular file, in a folder that can
+    be written (:func:`tracetui.paths.output_file_problem`); else one line naming the flag."""
     if path == "-":
         return
-    if Path(path).is_dir():
-        raise ConfigError(flag, f"{path} is a folder", "give a file path, e.g. results.csv")
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise ConfigError(flag, f"folder {parent} does not exist", "create it or choose another path")
-    if not os.access(parent, os.W_OK) or (Path(path).exists() and not os.access(path, os.W_OK)):
-        raise ConfigError(flag, f"{path} is not writable", "choose a path you can write")
+    why = output_file_problem(path)
+    if why:
+        raise ConfigError(flag, f"{clean(path)} {why}", "give the path of a file"
+                          + (" (- for stdout)" if flag in ("--output", "--steps-csv") else ""))
+    parent = os.path.dirname(os.path.abspath(path))
+    why = folder_problem(parent, create=False)  # (proven by writing there)
+    if why:
+        raise ConfigError(flag, f"folder {clean(parent)} {why}", "create it or choose another path"
+                          if why == "does not exist" else "choose a path in a folder you can write")
 
 
 def output_paths(ns, cfg=None) -> list[tuple[str, str]]:
-    """The explicit output paths of a command, with their flags (the defaults are the sweep's own)."""
+    """The explicit output paths of a command, with their flags (the defaults are the sweep's own):
+    ``-o``, ``--steps-csv``, and every setting declared an output (:func:`tracetui.config.output_settings`)."""
     source = cfg if cfg is not None else ns
-    return [(path, flag) for path, flag in ((getattr(ns, "output", None), "--output"),
-                                            (getattr(ns, "steps_csv", None), "--steps-csv"),
-                                            (getattr(source, "emit_config", None), "--emit-config")) if path]
+    given = [(getattr(ns, "output", None), "--output"), (getattr(ns, "steps_csv", None), "--steps-csv")]
+    given += [(getattr(source, name, None), flag) for name, flag in output_settings()]
+    return [(path, flag) for path, flag in given if path]
 
 
 def check_outputs(ns, cfg=None, lock: bool = True) -> None:
@@ -276,9 +338,6 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
         if key in seen:
             raise ConfigError(flag, f"{path} is also given to {seen[key]}", "give each output its own path")
         seen[key] = flag
-        if os.path.islink(path):
-            raise ConfigError(flag, f"{path} is a symbolic link, which tracetui never writes through",
-                              "give the path of a file")
         check_writable(path, flag)
     if lock:
         # Before the checks that take seconds (a second sweep on the same outputs is refused at
@@ -298,14 +357,39 @@ def check_outputs(ns, cfg=None, lock: bool = True) -> None:
         raise
 
 
-def load_config(ns, deep: bool = True, defer: bool = False) -> tuple[SweepConfig, list]:
+def check_accepted(cfg: SweepConfig, cmd: list[str] | None = None) -> None:
+    """Every value of a setting whose library declares what it takes (``Knob.accepts``: the
+    optimizer, TRL's loss), against that library as the runs will import it, before anything
+    runs: one line naming the flag and listing the values it takes. ``cmd``: a script's command
+    (``tracetui sweep``), whose own Python environment's library counts; only the varied values
+    reach it, and only those its trainer reads under the library's name (axolotl's ``optimizer``
+    key takes names of axolotl's own)."""
+    home = environment_of(cmd) if cmd else None
+    launcher = launcher_for(cmd) if cmd else None
+    for name, values in [(n, [getattr(cfg, n)]) for n in KNOBS if cmd is None] + list(cfg.varied().items()):
+        knob = KNOBS[name]
+        if knob.accepts is None:
+            continue
+        if isinstance(launcher, ConfigFile) and name in launcher.dialect.settings \
+                and set(launcher.dialect.settings[name](values[0])) != set(knob.sft(values[0])):
+            continue
+        flag = "--vary" if name in cfg.varied() else "--" + name.replace("_", "-")
+        for value in values:
+            why = accepted_refusal(knob.accepts, str(value), home)
+            if why:
+                raise ConfigError(flag, (f"{name}: " if flag == "--vary" else "") + why, valid_list(knob.accepts, home))
+
+
+def load_config(ns, deep: bool = True, defer: bool = False, cmd: list[str] | None = None) -> tuple[SweepConfig, list]:
     """The validated config and its splits; ``deep`` also checks model, data and device (not
     for ``sweep``, where the script owns those). ``defer``: where those checks run in a process
     forked from the fork server (which imports torch, transformers and TRL: seconds), start the
     server and leave them to :func:`deferred_checks`, so that the monitor can open at once and
-    say what it waits for; ``ns.checks_deferred`` says whether they were left."""
+    say what it waits for; ``ns.checks_deferred`` says whether they were left. ``cmd``: the
+    script a ``sweep`` runs (:func:`check_accepted`)."""
     cfg = from_args(ns)
     splits = validate(cfg)
+    check_accepted(cfg, cmd)
     check_runs_dir(cfg.runs_dir)
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")

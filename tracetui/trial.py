@@ -17,6 +17,8 @@ from typing import Any, Iterable, Mapping
 
 #: a varied setting's value: what a TOML/JSON scalar can be
 Value = Any
+#: the longest :meth:`Trial.slug` (a run's id and file names are made of it)
+SLUG_CHARS = 96
 
 
 @dataclass(frozen=True, order=True)
@@ -64,10 +66,18 @@ class Trial:
         return " ".join(f"{short.get(k, k)}={format_value(v)}" for k, v in self.settings)
 
     def slug(self, short: Mapping[str, str] | None = None) -> str:
-        """The label as a file and run-id name: ``4x1_attn-eager_ckpt-on``."""
+        """The label as a file and run-id name: ``4x1_attn-eager_ckpt-on``; at most
+        :data:`SLUG_CHARS` characters of ASCII letters, digits and ``._-`` (one longer is cut,
+        and ends in a hash of the whole: names of different trials stay different, and a file
+        name stays far within what a file system takes)."""
+        import hashlib
+
         short = short or {}
-        out = self.split + "".join(f"_{short.get(k, k)}-{format_value(v)}" for k, v in self.settings)
-        return "".join(c if c.isalnum() or c in "._-" else "-" for c in out)
+        raw = self.split + "".join(f"_{short.get(k, k)}-{format_value(v)}" for k, v in self.settings)
+        out = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "-" for c in raw)
+        if len(out) > SLUG_CHARS:
+            out = out[:SLUG_CHARS - 11] + "-" + hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()[:10]
+        return out
 
     def key(self) -> tuple:
         """What runs are pooled by (with the machine): equal keys are repeats of one trial."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import envvars
-from .events import dumps, parse_line
+from .events import OUT_OF_BOUNDS, dumps, parse_line
 from .text import clean
 
 #: the longest line (one event) a listener accepts, in bytes
@@ -553,7 +553,7 @@ class SocketListener:
             return
         event, why = parse_line(line)
         if event is None:
-            self._drop("invalid JSON" if why == "not JSON" else "schema mismatch")
+            self._drop("invalid JSON" if why == "not JSON" else why if why == OUT_OF_BOUNDS else "schema mismatch")
             return
         try:
             self.on_event(event)

@@ -205,7 +205,7 @@ def check_text_rows(ds: Any, cfg: SweepConfig) -> None:
     if len(ds) == 0:
         return
     field, n, bad, named, kinds, has_text = cfg.text_field, 0, 0, [], {}, False
-    for batch in ds.iter(batch_size=1000):
+    for batch in _batches(ds, cfg):
         for value in batch[field]:
             n += 1
             if isinstance(value, str):
@@ -228,6 +228,31 @@ def check_text_rows(ds: Any, cfg: SweepConfig) -> None:
         raise ConfigError("--dataset", f"{bad} of {n} rows of {cfg.dataset} have a {field!r} that is not text "
                           f"({what}; row{'s' if bad > 1 else ''} {rows}), which the trainer cannot take",
                           "fix or drop those rows: training on this data set would fail on them too")
+
+
+def _batches(ds: Any, cfg: SweepConfig, size: int = 1000):
+    """``ds``'s rows, ``size`` at a time; a row whose text is not valid UTF-8 (a parquet file or a
+    hub data set can hold such bytes: they are found only as the rows are read) is one
+    :class:`ConfigError` naming it, not the reader's traceback."""
+    it, start = ds.iter(batch_size=size), 0
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:
+            row = next((i + 1 for i in range(start, min(start + size, len(ds))) if _undecodable(ds, i)), start + 1)
+            raise ConfigError("--dataset", f"{cfg.dataset}: row {row} is not valid UTF-8", "save it as UTF-8") from None
+        start += size
+        yield batch
+
+
+def _undecodable(ds: Any, i: int) -> bool:
+    try:
+        ds[i]
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def truncate_rows(ds: Any, cfg: SweepConfig, tokenizer: Any = None) -> Any:

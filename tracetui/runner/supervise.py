@@ -10,6 +10,7 @@ come from, which is what a :class:`Child` says.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue as queue_mod
 import re
@@ -336,7 +337,14 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     final_at: float | None = None
     dead_since: float | None = None
     mismatch: str | None = None
-    child.start()
+    try:
+        child.start()
+    except OSError as exc:  # its program gone since the checks, or not one that runs here
+        with contextlib.suppress(AssertionError, OSError):  # (its log closed; a worker never started cannot be joined)
+            child.reap()
+        what = getattr(child, "cmd", None)
+        return _ended(spec, emit, "error", f"could not start {what[0] if what else 'its process'} "
+                                           f"({exc.strerror or exc})", started=False)
     try:
         while True:
             now = time.monotonic()
@@ -391,7 +399,13 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     if final is not None:
         return final
     kind, message = classify_end(child, spec, stop.is_set(), stalled)
-    if not started and kind != "interrupted":  # a failure gets its row, under its trial's name
+    return _ended(spec, emit, kind, message, started)
+
+
+def _ended(spec, emit, kind: str, message: str, started: bool) -> tuple[str, str]:
+    """Emit how a run ended that did not say so itself; a failure gets its row, under its trial's
+    name, also when it never started."""
+    if not started and kind != "interrupted":
         emit(make(RUN_STARTED, spec.run_id, label=spec.label, mode="unreported", why=spec.why, **spec.trial.fields()))
     emit(make(RUN_FAILED, spec.run_id, kind=kind, message=message))
     return kind, message

@@ -11,6 +11,7 @@ is stopped and reported ``stalled`` (see :func:`.supervise.stall_limit`).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import threading
@@ -230,8 +231,7 @@ class SweepBase:
         that could not keep its log (what was measured before stays in the event log)."""
         why = make_log(child.log_path)
         if why:
-            return self._not_started(spec, "error", f"not run: the runs folder {self.dir} cannot be written any more "
-                                                    f"({why}); every step measured before is in {self.log.path}")
+            return self._not_started(spec, "error", f"not run: {why}; every step measured before is in {self.log.path}")
         status, message = supervise(spec, child, self._emit, self._stop, self.cfg.stall_timeout, waiting)
         if status == "stalled":
             with self._lock:
@@ -277,11 +277,15 @@ class SweepBase:
 
 
 def make_log(path: Path) -> str | None:
-    """Make a run's log file (empty, or left as it is); why it cannot be, in words, or None."""
+    """Make a run's log file (empty, or left as it is); why it cannot be, in words, or None: a
+    name too long is said as such (the folder is fine), anything else as the runs folder's."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK, 0o644))
     except OSError as exc:
-        return exc.strerror or str(exc)
+        if exc.errno == errno.ENAMETOOLONG:
+            return (f"its log's path is longer than the file system takes ({len(os.fsencode(path.name))} bytes "
+                    f"of name, {len(os.fsencode(str(path)))} of path): give a shorter --runs-dir")
+        return f"the runs folder {path.parent} cannot be written any more ({exc.strerror or exc})"
     return None
 
 

@@ -202,6 +202,21 @@ def test_a_value_the_library_refuses_is_one_line_listing_what_it_takes(args, sai
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 
 
+def test_the_attention_kernel_and_the_precision_are_one_list_each_and_refused_with_it(tmp_path):
+    """The attention kernels are declared once (the knob's values; --help lists the same), and a
+    kernel or a precision not among them, fixed or varied, is one line listing them."""
+    from tracetui.cli import build_parser
+    from tracetui.config import PRECISIONS
+    from tracetui.knobs import KNOBS
+
+    kernels = ", ".join(KNOBS["attn_implementation"].values)
+    assert kernels in " ".join(build_parser().format_help().split())
+    for args, listed in ((["--attn-implementation", "flash"], kernels), (["--vary", "attn=sdpa,flash"], kernels),
+                         (["--precision", "bf8"], ", ".join(PRECISIONS))):
+        line = _one_line(run_main("--export", "csv", *args, "--dry-run", cwd=tmp_path))
+        assert f"is not one of {listed};" in line, line
+
+
 @pytest.mark.slow
 @pytest.mark.anywhere
 def test_the_values_read_from_the_libraries_sources_are_what_the_libraries_take():

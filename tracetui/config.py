@@ -706,7 +706,7 @@ def validate(cfg: SweepConfig) -> list[Trial]:
         try:
             knob.coerce(getattr(cfg, name))
         except ValueError as exc:
-            raise ConfigError("--" + name.replace("_", "-"), str(exc), knob.help) from None
+            raise ConfigError("--" + name.replace("_", "-"), str(exc), "pick one of those" if knob.values else knob.help) from None
     trials = cfg.trial_list()
     if len(trials) * cfg.repeats > 1000:
         raise ConfigError("--splits", f"{len(trials) * cfg.repeats} runs is too many",

@@ -4,6 +4,9 @@ something else is said in its row, the closing lines and the exit status, never 
 ranked (tracetui.probe.apply, tracetui.runner.supervise.as_planned)."""
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -72,7 +75,9 @@ SCRIPT = textwrap.dedent('''
         trainer().train()
         print("both trainers done")
     else:
-        trainer(FixedLoader if MODE == "fixed" else SFTTrainer).train()
+        t = trainer(FixedLoader if MODE == "fixed" else SFTTrainer)
+        t.train()
+        print(f"trained {t._train_batch_size}x{t.args.gradient_accumulation_steps}")  # what its data loader took
 ''')
 
 OWN_YAML = "output_dir: {out}\nper_device_train_batch_size: 1\ngradient_accumulation_steps: 4\nmax_steps: 3\n"
@@ -93,7 +98,7 @@ def _sweep(folder: Path, mode: str, *flags, steps: int = 3) -> dict:
 
 
 def _literal(folder):
-    return _sweep(folder, "literal", "--splits", "1x4,4x1", "--warmup", 1, steps=8)
+    return _sweep(folder, "literal", "--splits", "1x4,4x1", "--warmup", 1, "--emit-patch", folder / "p.diff", steps=8)
 
 
 def _yaml_vary(folder):
@@ -149,6 +154,43 @@ def test_a_script_with_a_literal_split_is_measured_at_every_planned_split(swept)
     assert not got["own_out"].exists()  # its checkpoints went to the run's folder
     assert all((e["settings"]["applied"]["output_dir"]["planned"]).startswith(str(got["runs"]))
                for e in got["events"] if e["type"] == "run_settings")
+
+
+@pytest.mark.slow
+def test_the_emitted_patch_makes_the_script_alone_train_the_recommended_split(swept, tmp_path):
+    """The handoff of the issue's hard.py: the closing lines say where the script sets its split,
+    --emit-patch writes the change, and the script, patched as they say (a copy: the other tests
+    read the original) and run alone with plain Python, trains the recommended split, read back
+    from its trainer. Where the script's own 1x4 won, there is nothing to change, and it says so."""
+    got = outcome(swept, "literal")
+    proc, patch = got["proc"], got["folder"] / "p.diff"
+    [best] = [r["split"] for r in read_csv(got["out"]) if r["recommended"] == "True"]
+    shutil.copy(got["script"], tmp_path / "own.py")
+    if best == "1x4":
+        assert f"no patch: the script's own values are the recommendation's, so {patch} was not written" \
+            in proc.stderr and not patch.exists()
+    else:
+        mb, ga = best.split("x")
+        for said in (f"own.py:{n}: {k}={v} in SFTConfig(...): make it {to}"
+                     for n, k, v, to in _split_lines(got["script"], mb, ga)):
+            assert said in proc.stderr, proc.stderr[-3000:]
+        assert f"the change as a patch in {patch}: patch -p1 -d " in proc.stderr
+        subprocess.run(["patch", "-p1", "--batch", "-F", "0", "-d", tmp_path, "-i", patch], check=True,
+                       capture_output=True)
+        assert tmp_path.joinpath("own.py").read_text() != got["script"].read_text()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACETUI_")}
+    env.update(TT_MODE="literal", TT_OWN_OUT=str(tmp_path / "out"), TT_STEPS="1")
+    alone = subprocess.run([sys.executable, tmp_path / "own.py"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert f"trained {best}" in alone.stdout.splitlines(), alone.stdout[-2000:]
+
+
+def _split_lines(script, mb, ga):
+    """(line, field, the script's value, the recommended one) of the split's literals in ``script``."""
+    lines = script.read_text().splitlines()
+    for field, own, to in (("per_device_train_batch_size", 1, mb), ("gradient_accumulation_steps", 4, ga)):
+        yield next(n for n, line in enumerate(lines, 1) if f"{field}={own}" in line), field, own, to
 
 
 @pytest.mark.slow

@@ -51,6 +51,19 @@ def unknown_command(word: str) -> str:
             + f"; the commands are {', '.join(COMMANDS)}, or flags alone for the built-in sweep: see `tracetui --help`")
 
 
+def refuse_patch(ns) -> None:
+    """``--emit-patch`` given to the built-in sweep (flag or TOML): one line before anything
+    starts; a path that is no regular file is said first, as for every output."""
+    from .config import from_args
+    from .emit import check_patch_target
+    from .session import check_writable
+
+    path = from_args(ns).emit_patch
+    if path:
+        check_writable(path, "--emit-patch")
+        check_patch_target(None)
+
+
 def main(argv: list[str] | None = None) -> int:
     clock.mark_command_start(process=argv is None)  # (None: called as the program, not from Python)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -61,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and not argv[0].startswith("-"):  # (the sweep's own flags take no word before them)
             raise UsageError(unknown_command(argv[0]))
         ns = build_parser().parse_args(argv)
+        refuse_patch(ns)
         # the monitor opens before the checks that import the libraries, and says it waits on them
         cfg, splits = load_config(ns, defer=not ns.export and not ns.dry_run)
     except (UsageError, ConfigError) as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 from . import envvars
 from .analysis import Results
 from .config import ConfigError, add_arguments, check_runs_dir, whole_number
+from .emit import check_patch_target
 from .outputs import Outputs
 from .paths import input_file_problem
 from .plan import dry_run_lines
@@ -260,6 +261,8 @@ def sweep_main(argv: list[str]) -> int:
     cfg, splits = load_config(ns, deep=False, cmd=cmd)
     try:
         check_settings_reach(cfg)
+        if cfg.emit_patch:
+            check_patch_target(cmd)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     if getattr(ns, "dry_run", False):  # each run's command (the script's steps and model are its own)

@@ -133,6 +133,11 @@ class SweepConfig:
                                       "while it measured (marked as such everywhere); by default they are held back")
     emit_config: str = setting("", "write the recommendation as a TRL config file that `trl sft --config FILE` "
                                    "reads", metavar="FILE.yaml", show_default=False, output=True)
+    emit_patch: str = setting("", "with tracetui sweep -- python SCRIPT: write the change that sets the "
+                                  "recommendation's values where the script sets them itself (literals in "
+                                  "its SFTConfig/TrainingArguments call) as a unified diff: "
+                                  "patch -p1 -d SCRIPT_FOLDER -i FILE", metavar="FILE.diff", show_default=False,
+                              output=True)
     lr: float = setting(2e-4, "learning rate", above=0.0, example="2e-4")
     #: what numpy's seeding takes (transformers' set_seed seeds numpy too): any other seed
     #: failed in every run

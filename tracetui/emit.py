@@ -36,11 +36,12 @@ from typing import Any, Collection
 import yaml
 
 from .analysis import sft_arguments
-from .config import DATA_SUFFIXES, SweepConfig, dataset_kind, model_kind
+from .config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
 from .knobs import model_args
 from .paths import write_whole
 from .runner.launch import ConfigFile, launcher_for, script_parts
-from .runner.script import script_command
+from .runner.script import run_plan, script_command
+from .script_patch import Found, recommended_changes
 from .trial import Trial
 
 #: fields renamed between releases, the newest name first: a setting is written under the first
@@ -239,6 +240,11 @@ def _script_layers(row: dict, cmd: list[str], parser, path: str) -> tuple[list[d
         notes.append(f"measured as {what}: this file holds the arguments of it that {classes} read; run "
                      f"{run} --config {path}, or {what} --config {path} where the script reads --config "
                      "(TrlParser.parse_args_and_config)")
+    found, _why = script_changes(row, cmd)
+    if found is not None:  # what it sets itself: neither its flags nor this file reach it
+        notes.append(f"{program or 'the script'} sets these itself (its arguments do not reach them): "
+                     "change them there (--emit-patch FILE writes the change as a patch)")
+        notes += [f"  {c.words(shown_path)}" for c in found.changes]
     if launcher and not os.path.basename(launcher[0]).startswith("python"):
         notes.append(f"launched with {shlex.join(launcher)}: launch the real run the same way")
     notes.append(f"the measured command: {shlex.join(winning_command(cmd, row))}")
@@ -310,6 +316,49 @@ def config_trainer(cmd: list[str] | None) -> ConfigFile | None:
     """The config-file trainer (axolotl, LLaMA-Factory) a swept command runs, or None."""
     launcher = launcher_for(list(cmd)) if cmd else None
     return launcher if isinstance(launcher, ConfigFile) else None
+
+
+def script_file(cmd: list[str] | None) -> str | None:
+    """The Python file a swept command runs (``python hard.py``), or None (``trl sft``, a module)."""
+    program = script_parts(list(cmd))[1] if cmd else ""
+    return program if program.endswith(".py") else None
+
+
+def shown_path(path: str) -> str:
+    """A path as the closing lines say it: relative to the current folder when inside it."""
+    rel = os.path.relpath(path) if path else path
+    return rel if path and not rel.startswith("..") else path
+
+
+def check_patch_target(cmd: list[str] | None) -> None:
+    """``--emit-patch`` before anything runs: only a command that runs the user's own Python
+    code has source to patch; else one line saying what hands the recommendation on instead."""
+    if cmd is None:
+        raise ConfigError("--emit-patch", "patches a swept script (tracetui sweep --emit-patch FILE -- python "
+                          "train.py): a built-in sweep has no script", "drop it; --emit-config FILE.yaml writes "
+                          "the recommendation for trl sft")
+    trainer = config_trainer(cmd)
+    if trainer is not None:
+        raise ConfigError("--emit-patch", f"{trainer.name} takes the split from its config file "
+                          f"{cmd[trainer.index]}, not from a script of yours",
+                          "drop it; --emit-config FILE writes that config with the recommended keys")
+    program = script_parts(list(cmd))[1]
+    if program.startswith("trl "):
+        raise ConfigError("--emit-patch", f"{program} takes the split on its command line: the recommendation's "
+                          "command is the handoff", "drop it; --emit-config FILE.yaml writes it as a config file")
+
+
+def script_changes(row: dict, cmd: list[str] | None) -> tuple[Found | None, str]:
+    """Where a swept script (not a config-file trainer) sets the values of ``row``'s trial (the
+    recommendation) that it does not take from its command line, and the edits that set them
+    (:mod:`tracetui.script_patch`), from what its runs read back (``row['settings']``: ``applied``,
+    ``args_origin``). ``(None, why)`` where the script has nothing to change."""
+    if not cmd or config_trainer(cmd) is not None:
+        return None, "not a swept script"
+    plan = run_plan(Trial.from_fields(row), Path("."), given=False)
+    planned = {k: v for k, v in plan["args"].items() if k != "output_dir"}
+    planned.update(plan["model"])
+    return recommended_changes(row.get("settings") or {}, planned, script_file(cmd), shown=shown_path)
 
 
 def winning_line(cmd: list[str], row: dict, emitted: str | None = None) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
 from .analysis.applied import derived_note
 from .analysis.between import closing_notes
-from .emit import config_trainer, winning_command, winning_line, write_config
+from .emit import config_trainer, script_changes, script_file, shown_path, winning_command, winning_line, write_config
 from .export import steps_csv, summary_csv, summary_json
 from .paths import OutputRefused, output_file_problem, write_whole
 from .runner.launch import DROPPED
@@ -101,12 +101,15 @@ class Outputs:
     one line among the closing lines, which still give the answer."""
 
     def __init__(self, summary: str, fmt: str = "csv", *, steps: str | None = None, emit_config: str | None = None,
-                 force: bool = False, project_steps: int | None = None, policy: Policy = Policy(),
+                 emit_patch: str | None = None, force: bool = False, project_steps: int | None = None,
+                 policy: Policy = Policy(),
                  cfg=None, cmd: list[str] | None = None, peak_tflops: float | None = None):
         self.summary = summary
         self.fmt = fmt
         self.steps = steps
         self.emit_config = emit_config or None
+        #: where the change of a swept script to the recommendation goes, as a unified diff
+        self.emit_patch = emit_patch or None
         self.force = force
         self.project_steps = project_steps
         #: the peak MFU is measured against (``--peak-tflops``), else the table's
@@ -130,9 +133,10 @@ class Outputs:
         source = cfg if cfg is not None else ns
         out = cls(getattr(ns, "output", None) or default_output(events_path, fmt), fmt,
                   steps=getattr(ns, "steps_csv", None), emit_config=getattr(source, "emit_config", None),
+                  emit_patch=getattr(source, "emit_patch", None),
                   force=bool(getattr(ns, "force", False)), project_steps=getattr(ns, "project_steps", None),
                   policy=Policy.of(source), cfg=cfg, cmd=cmd, peak_tflops=getattr(source, "peak_tflops", None))
-        out.explicit = bool(getattr(ns, "output", None) or out.steps or out.emit_config)
+        out.explicit = bool(getattr(ns, "output", None) or out.steps or out.emit_config or out.emit_patch)
         return out
 
     # ---- the answer ----------------------------------------------------------------------------
@@ -211,6 +215,13 @@ class Outputs:
                 out["config_keys"] = {k: (None if new is DROPPED else new) for k, _old, new in changed}
         if self.emit_config:
             out["emitted_config"] = self.emit_config if answer.best else None
+        found = script_changes(answer.best[0], self.cmd)[0] if answer.best else None
+        if found is not None:  # where the script sets what it does not take from its command line
+            out["script_changes"] = [{"field": c.field, "value": c.value, "how": c.kind, "file": c.file,
+                                      "line": c.line, "source": c.old or None, "in_patch": c.patched}
+                                     for c in found.changes]
+        if self.emit_patch:
+            out["emitted_patch"] = self.emit_patch if found is not None and found.patchable else None
         return out
 
     def _handoff(self, answer: Answer) -> list[str]:
@@ -219,6 +230,12 @@ class Outputs:
         if answer.best and self.cmd:
             said = winning_line(self.cmd, answer.best[0])
             lines.append(said.replace(":", f"{more}:", 1))
+        lines += self._config(answer, more)
+        return lines + self._patch(answer, more)
+
+    def _config(self, answer: Answer, more: str) -> list[str]:
+        """``--emit-config``: the recommendation as a config file, and its notes."""
+        lines: list[str] = []
         if not self.emit_config:
             return lines
         if not answer.best:
@@ -235,6 +252,37 @@ class Outputs:
         head, _, rest = wrote.partition(" in ")
         lines.append(f"{head}{more} in {rest}")
         return lines + [f"  {n}" for n in notes]
+
+    def _patch(self, answer: Answer, more: str) -> list[str]:
+        """Where a swept script sets the recommendation's values itself, and ``--emit-patch``: the
+        change as a unified diff (:mod:`tracetui.script_patch`)."""
+        found, why = script_changes(answer.best[0], self.cmd) if answer.best else (None, "")
+        lines: list[str] = []
+        if found is not None:
+            lines.append(f"where the script sets the recommendation's values itself{more} (the sweep applied them "
+                         "inside its trainer; the script as it is trains its own):")
+            lines += [f"  {c.words(shown_path)}" for c in found.changes]
+        if not self.emit_patch:
+            return lines
+        path = self.emit_patch
+        if not answer.best:
+            return lines + [f"no recommendation, so {path} was not written"]
+        if found is None:
+            return lines + [f"no patch: {why}, so {path} was not written"]
+        if not found.patchable:
+            return lines + [f"no patch: none of these is a literal in the source, so {path} was not written"]
+        base = found.base(self.cmd and script_file(self.cmd))
+        try:
+            why = self.refusal(path)
+            if why:
+                raise OutputRefused(why)
+            write_whole(path, found.diff(base))
+        except (OSError, ValueError) as exc:
+            return lines + [f"error: {_why(exc, path)}; the summary is written"]
+        self._own.add(os.path.abspath(path))
+        rest = "" if all(c.patched for c in found.changes) else "; the rest by hand, as said above"
+        return lines + [f"the change as a patch in {path}: patch -p1 -d {shlex.quote(shown_path(base) or '.')} -i "
+                        f"{shlex.quote(os.path.abspath(path))}{rest}"]
 
 
 def _why(exc: Exception, path: str) -> str:

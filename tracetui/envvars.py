@@ -5,8 +5,9 @@ Who sets what:
 
 - a built-in sweep's trial sets ``TRIAL``, ``OWNER_PID`` and, beside a head start,
   ``HEAD_STARTS`` for itself (:mod:`tracetui.runner.worker`);
-- the fork server keeps the user's own NVML check as ``USER_NVML_CHECK``
-  (:mod:`tracetui.runner.lifetime`);
+- the fork server keeps the user's own NVML check as ``USER_NVML_CHECK``, and is told it is the
+  server by ``FORK_SERVER`` (:mod:`tracetui.runner.lifetime`);
+- every process of a run carries the run's mark, ``RUN_TREE`` (:mod:`tracetui.runner.lifetime`);
 - a swept script and ``tracetui run``'s command get ``SOCKET``, ``WARMUP`` and ``OWNER_PID``; a
   swept one also ``RUN_ID``, ``VARIED``, ``PLAN``, ``STARTED_AT`` and, under ``--until-confident``,
   ``UNTIL_CONFIDENT`` and ``REFERENCES`` (:mod:`tracetui.runner.script`,
@@ -47,6 +48,8 @@ PLAN = "TRACETUI_PLAN"
 TRIAL = "TRACETUI_TRIAL"
 HEAD_STARTS = "TRACETUI_HEAD_STARTS"
 USER_NVML_CHECK = "TRACETUI_USER_NVML_CHECK"
+RUN_TREE = "TRACETUI_RUN_TREE"
+FORK_SERVER = "TRACETUI_FORK_SERVER"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,10 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar(TRIAL, "a process of a sweep", "flag", by_tracetui=True),
     EnvVar(HEAD_STARTS, "a run that may have the next one built beside it", "flag", by_tracetui=True),
     EnvVar(USER_NVML_CHECK, "the user's own NVML setting, kept for trials", "flag", by_tracetui=True),
+    # read from other processes' /proc/PID/environ, never from tracetui's own
+    EnvVar(RUN_TREE, "the mark of one run's processes (the tracetui pid and the run's number)", by_tracetui=True),
+    EnvVar(FORK_SERVER, "set in the fork server as it starts (it makes itself a child subreaper)", "flag",
+           by_tracetui=True),
 )}
 
 

@@ -54,3 +54,11 @@ def run(spec: dict, mp_queue) -> None:
     mp_queue.close()
     mp_queue.join_thread()  # every event on its way to the sweep before the process goes
     os._exit(0)
+
+
+def detach_then_run(spec: dict, mp_queue) -> None:
+    """:func:`run`, after detaching two daemons into the runs folder (:mod:`tests.stubs.daemons`)."""
+    from .daemons import detach
+
+    detach(spec["config"]["runs_dir"])
+    run(spec, mp_queue)

@@ -18,9 +18,13 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from .. import envvars
+from ..events import NOTICE, RUN_STARTED, make
 from ..store import EventLog
 from ..wire import SocketListener, private_socket
 from .launch import launcher_for
+from .lifetime import end_run, new_tree, run_processes
+from .runlog import RunOutput
 from .script import probe_env
 from .sweep import new_sweep_id
 
@@ -46,27 +50,52 @@ class CommandRun:
         self.returncode: int | None = None
         self.stopped = False
         self._ended = threading.Event()
+        #: the mark of the command's processes, and those seen below it as it was stopped
+        self.tree = new_tree()
+        self._seen: dict[int, int] = {}
+        self.output: RunOutput | None = None
+        #: what the notice of the command's cut output said ("": nothing was cut)
+        self.cut_said = ""
+        self._reported: str | None = None
 
     def start(self, on_event: Callable[[dict], None]) -> None:
         """Listen, then start the command; returns at once. Raises ``OSError`` if it cannot start."""
 
         def take(e: dict) -> None:
+            if self._reported is None and e.get("type") == RUN_STARTED:
+                self._reported = e["run_id"]  # (the run a notice of the command's output goes to)
             self.log.append(e)
             on_event(e)
 
-        self.listener = SocketListener(self.socket_path, take).start()
-        with open(self.output_path, "wb") as out:
-            try:
-                env = launcher_for(self.cmd).environment(self.cmd, probe_env(self.socket_path, self.warmup))
-                self.proc = subprocess.Popen(self.cmd, env=env, stdin=subprocess.DEVNULL,
-                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            except OSError:
-                self.close()
-                raise
+        self._take = take
+        self.listener = SocketListener(self.socket_path, take, origin=None).start()
+        self.output = RunOutput(self.output_path, fresh=True)
+        try:
+            env = launcher_for(self.cmd).environment(self.cmd, probe_env(self.socket_path, self.warmup))
+            env[envvars.RUN_TREE] = self.tree
+            self.proc = subprocess.Popen(self.cmd, env=env, stdin=subprocess.DEVNULL, stdout=self.output.writer,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError:
+            self.output.close(0)
+            self.close()
+            raise
+        finally:
+            self.output.started()
         threading.Thread(target=self._wait, name="tracetui-run", daemon=True).start()
 
     def _wait(self) -> None:
-        self.returncode = self.proc.wait()
+        returncode = self.proc.wait()
+        try:
+            # what the command started ends with it, wherever it went (tracetui.runner.lifetime)
+            end_run(self.tree, below=tuple(self._seen))
+        finally:
+            self.output.close()
+        if self.output.cut:
+            said = self.output.notice()
+            self.cut_said = said
+            if self._reported is not None:
+                self._take(make(NOTICE, self._reported, level="warning", message=said))
+        self.returncode = returncode
         self._ended.set()
 
     def running(self) -> bool:
@@ -82,6 +111,8 @@ class CommandRun:
         self.stopped = True
         if not self.running():
             return
+        self._seen.update(run_processes(None, below=(self.proc.pid,)))
+        self._seen.pop(self.proc.pid, None)
         for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -112,4 +143,5 @@ class CommandRun:
             return f"the command did not start: {self.cmd[0]}"
         how = (f"was stopped ({signal.Signals(-rc).name})" if rc < 0 and self.stopped
                else f"ended by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}")
-        return f"the command {how}; its output is in {self.output_path}"
+        cut = f" ({self.cut_said.split(': ', 1)[0]}: its middle cut)" if self.cut_said else ""
+        return f"the command {how}; its output is in {self.output_path}{cut}"

@@ -48,7 +48,7 @@ def run(payload: dict) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     code = 1
     try:
-        own_output(payload["log_path"])
+        own_output(payload["log_path"], payload.get("output_fd"))
         os.chdir(payload["cwd"])
         os.environ.clear()
         os.environ.update(payload["env"], **{envvars.FORKED: "1"})
@@ -69,13 +69,14 @@ def run(payload: dict) -> None:
             os._exit(code)
 
 
-def own_output(log_path: str) -> None:
+def own_output(log_path: str, fd: int | None = None) -> None:
     """stdin from /dev/null, stdout and stderr to the run's log (as a fresh process would have;
-    ``os.devnull`` for a process whose output nobody reads)."""
+    ``os.devnull`` for a process whose output nobody reads); ``fd``: the run's output pipe, which
+    the sweep keeps in the log (:mod:`.runlog`), in place of the log itself."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = fd if fd is not None else os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)

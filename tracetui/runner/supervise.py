@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Callable
 
 from .. import envvars
-from ..events import GPU, MISMATCH, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
+from ..events import GPU, MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
 from ..knobs import SHORT
 from ..plan import RunSpec
 from ..trial import Trial
-from .lifetime import die_with_this_process, launch, process_gone, start_shielded
+from .lifetime import (die_with_this_process, end_run, launch, new_tree, process_gone, run_processes, run_tree,
+                       start_shielded)
+from .runlog import PassFd, RunOutput
 
 #: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
 KILL_AFTER_S = 10.0
@@ -97,8 +99,17 @@ class Child:
     #: as running out of it (on the CPU the cap is the data size, and C++ code dies of it)
     memory_limit: float | None = None
 
+    #: whether the process is forked from the fork server (its orphans re-parent to the server)
+    forked = False
+
     def __init__(self, log_path: Path):
         self.log_path = log_path
+        #: the mark every process of the run carries (:mod:`.lifetime`)
+        self.tree = new_tree()
+        #: the run's output, on its way to its log (made as the process starts)
+        self.output: RunOutput | None = None
+        #: processes seen below the run's process while it lived (pid -> start time)
+        self.seen: dict[int, int] = {}
 
     def start(self) -> None: ...
     def alive(self) -> bool: ...
@@ -111,6 +122,27 @@ class Child:
         """Why the process went that lies outside it (see :class:`WorkerChild`), or None."""
         return None
 
+    def pid(self) -> int | None:
+        return None
+
+    def note_tree(self) -> None:
+        """Before the run is stopped: what is below its process now, found again when it has
+        ended (what left its process group, and the environment that marks it)."""
+        pid = self.pid()
+        if pid is not None:
+            self.seen.update(run_processes(None, below=(pid,)))
+            self.seen.pop(pid, None)
+
+    def end(self) -> str:
+        """Once the process has ended and been reaped: end every process the run started that is
+        still there, wherever it went (:func:`~.lifetime.end_run`), and finish its log. What the
+        run's notice says of its output, where the log had to cut it ("" where not)."""
+        end_run(self.tree, self.forked, tuple(self.seen))
+        if self.output is None:
+            return ""
+        self.output.close()
+        return self.output.notice()
+
 
 class WorkerChild(Child):
     """tracetui's own worker (:func:`tracetui.runner.worker.run`), started from the sweep's
@@ -119,12 +151,21 @@ class WorkerChild(Child):
     def __init__(self, ctx, target: Callable, payload: dict, name: str, queue_max: int, log_path: Path):
         super().__init__(log_path)
         self.queue = ctx.Queue(maxsize=queue_max)
-        self.proc = ctx.Process(target=target, args=(payload, self.queue), name=name, daemon=True)
+        self.proc = ctx.Process(target=run_tree, args=(self.tree, target, payload, self.queue), name=name, daemon=True)
         self.payload = payload
+        self.forked = ctx.get_start_method() == "forkserver"
 
     def start(self) -> None:
         self.payload["started_at"] = time.time()
-        launch(lambda: start_shielded(self.proc))  # see tracetui.runner.lifetime
+        self.output = RunOutput(self.log_path)
+        self.payload["output_fd"] = PassFd(self.output.writer)
+        try:
+            launch(lambda: start_shielded(self.proc))  # see tracetui.runner.lifetime
+        finally:
+            self.output.started()
+
+    def pid(self) -> int | None:
+        return self.proc.pid
 
     def lost_with(self) -> str | None:
         """Why the trial ended without a word when what it hung from went first: a forked
@@ -175,17 +216,22 @@ class CommandChild(Child):
 
     def __init__(self, cmd: list[str], env: dict, inbox: "queue_mod.Queue[dict]", log_path: Path):
         super().__init__(log_path)
-        self.cmd, self.env, self.inbox = cmd, env, inbox
+        self.cmd, self.env, self.inbox = cmd, dict(env, **{envvars.RUN_TREE: self.tree}), inbox
         self.proc: subprocess.Popen | None = None
-        self._log = None
 
     def start(self) -> None:
-        self._log = open(self.log_path, "w")
+        self.output = RunOutput(self.log_path, fresh=True)
         # the run's start stages are counted from here (TraceCallback, in the script)
         self.env = dict(self.env, **{envvars.STARTED_AT: repr(time.time())})
-        self.proc = launch(lambda: subprocess.Popen(
-            self.cmd, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=die_with_this_process()))
+        try:
+            self.proc = launch(lambda: subprocess.Popen(
+                self.cmd, env=self.env, stdout=self.output.writer, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_this_process()))
+        finally:
+            self.output.started()
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -210,22 +256,30 @@ class CommandChild(Child):
         if self.proc is not None and self.proc.poll() is None:
             self.signal(signal.SIGKILL)
             self.proc.wait(timeout=5)
-        if self._log is not None:
-            self._log.close()
 
 
 class ForkedCommandChild(CommandChild):
     """A user's command forked from the fork server (:mod:`.forkrun`), its libraries imported
     already; the same process group, events and ends as a :class:`CommandChild`."""
 
+    forked = True
+
     def __init__(self, ctx, target: Callable, payload: dict, inbox: "queue_mod.Queue[dict]", log_path: Path):
         super().__init__([], payload["env"], inbox, log_path)
         self.payload = payload
-        self.proc = ctx.Process(target=target, args=(payload,), name="tracetui-script", daemon=True)
+        self.proc = ctx.Process(target=run_tree, args=(self.tree, target, payload), name="tracetui-script", daemon=True)
 
     def start(self) -> None:
-        self.payload["env"] = dict(self.payload["env"], **{envvars.STARTED_AT: repr(time.time())})
-        launch(lambda: start_shielded(self.proc))
+        self.payload["env"] = dict(self.env, **{envvars.STARTED_AT: repr(time.time())})
+        self.output = RunOutput(self.log_path)
+        self.payload["output_fd"] = PassFd(self.output.writer)
+        try:
+            launch(lambda: start_shielded(self.proc))
+        finally:
+            self.output.started()
+
+    def pid(self) -> int | None:
+        return self.proc.pid
 
     lost_with = WorkerChild.lost_with
 
@@ -342,6 +396,8 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     except OSError as exc:  # its program gone since the checks, or not one that runs here
         with contextlib.suppress(AssertionError, OSError):  # (its log closed; a worker never started cannot be joined)
             child.reap()
+        with contextlib.suppress(OSError):
+            child.end()
         what = getattr(child, "cmd", None)
         return _ended(spec, emit, "error", f"could not start {what[0] if what else 'its process'} "
                                            f"({exc.strerror or exc})", started=False)
@@ -356,6 +412,7 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
             lingering = final_at is not None and now - final_at > child.linger_s
             if (stop.is_set() or stalled or lingering) and term_at is None and child.alive():
                 term_at = now
+                child.note_tree()  # (what it started, found again once it has gone)
                 child.signal(signal.SIGTERM)
                 if stalled:
                     child.signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
@@ -396,10 +453,16 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
                     break
     finally:
         child.reap()
-    if final is not None:
-        return final
-    kind, message = classify_end(child, spec, stop.is_set(), stalled)
-    return _ended(spec, emit, kind, message, started)
+        try:
+            cut = child.end()  # what the run started ends with it; its log finished
+        except (OSError, ValueError):  # (a /proc that cannot be read: the run's end stands)
+            cut = ""
+    if final is None:
+        kind, message = classify_end(child, spec, stop.is_set(), stalled)
+        final = _ended(spec, emit, kind, message, started)
+    if cut and not stalled:  # (what a stalled run says is not taken)
+        emit(make(NOTICE, spec.run_id, level="warning", message=cut))
+    return final
 
 
 def _ended(spec, emit, kind: str, message: str, started: bool) -> tuple[str, str]:

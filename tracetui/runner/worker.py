@@ -157,7 +157,10 @@ def run(spec: dict, mp_queue: Any) -> None:
     # output goes nowhere and the run says so, never a traceback on the user's terminal.
     lost_log = ""
     try:
-        log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+        if spec.get("output_fd") is not None:  # the run's output pipe, which the sweep keeps in the log
+            log = _TolerantLog(open(spec["output_fd"], "w", buffering=1, encoding="utf-8"))
+        else:
+            log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
     except OSError as exc:
         log = _TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
         lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"

@@ -23,7 +23,7 @@ from .session import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_
                       check_writable, load_config, progress_printer, run_headless, say, write_and_report)
 from .store import EventLog, read_events
 from .text import clean
-from .wire import ListenerError, SocketListener, default_socket_path
+from .wire import ListenerError, SocketListener, default_socket_path, socket_origin
 
 
 def _show_parser() -> Parser:
@@ -102,12 +102,13 @@ def watch_main(argv: list[str]) -> int:
     _check_runs_dir(ns)
     _check_outputs(ns)
     path = ns.socket or default_socket_path()
+    origin = socket_origin(ns.socket)
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
     outputs = Outputs.from_args(ns, log.path)
     if not ns.export:
         from .tui.launchers import run_watch
 
-        return run_watch(path, log, outputs)
+        return run_watch(path, log, outputs, origin)
     results = Results()
     printer = progress_printer(0, 0)
 
@@ -117,7 +118,8 @@ def watch_main(argv: list[str]) -> int:
         printer(e)
 
     try:
-        listener = SocketListener(path, on_event).start()
+        # what the listener refuses or drops is said as it happens, not only at the end
+        listener = SocketListener(path, on_event, origin=origin, on_notice=lambda line: say(f"tracetui: {line}")).start()
     except ListenerError as exc:
         log.discard_if_empty()
         raise UsageError(str(exc)) from None

@@ -34,9 +34,18 @@ from .text import clean
 MAX_LINE = 64 * 1024
 #: bytes a listener buffers per connection before a line must end
 _MAX_PENDING = MAX_LINE + 1
-#: connections a listener serves at once; more are closed at once (their callbacks fall back to
-#: their JSONL files, so nothing is lost)
+#: connections a listener serves at once. A connection that has sent no event yet (nothing, or
+#: only a part of a line, or lines that are not events) is closed after :data:`SILENT_S`, and the
+#: oldest such one is closed at once to let a new one in: connections that never say anything
+#: cannot keep a client out (a callback, once greeted, sends its run's start at once). Past the
+#: limit with every connection a client, a new one is closed (its callback falls back to its
+#: JSONL file, so nothing is lost)
 MAX_CONNECTIONS = 128
+SILENT_S = 10.0
+#: at most one line this often, while a listener runs, on what it refused or dropped since
+NOTICE_EVERY_S = 10.0
+#: what a connection closed before it sent any event counts as
+SILENT = "connection that sent no event"
 #: bytes of unfinished lines a listener holds over all connections together
 MAX_BUFFERED = 4 * 1024 * 1024
 #: what a listener sends each client it accepts: a callback that does not get it within
@@ -103,6 +112,40 @@ def unsafe_folder(folder: str | os.PathLike) -> str | None:
     if st.st_mode & 0o022:
         return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def writable_by_others(folder: str | os.PathLike) -> str | None:
+    """Why another user could replace a socket in ``folder`` (a folder given by the user), or
+    None: the folder or one above it belongs to another user (not root), or others may write
+    to it without the sticky bit (which keeps them from removing or renaming what is not theirs).
+    Such a user could put their own socket in its place, and this watch would wait for clients
+    that never come, and remove their socket at its end."""
+    try:
+        real = Path(os.path.realpath(folder))
+    except (OSError, ValueError) as exc:
+        return f"cannot be checked ({getattr(exc, 'strerror', None) or exc})"
+    for place in (real, *real.parents):
+        try:
+            st = os.stat(place)
+        except OSError as exc:
+            return f"cannot be checked ({exc.strerror})"
+        what = None
+        if st.st_uid not in (0, os.geteuid()):
+            what = f"belongs to another user (uid {st.st_uid})"
+        elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            who = "its group and others" if st.st_mode & 0o022 == 0o022 else "others" if st.st_mode & 0o002 else "its group"
+            what = f"is writable by {who} without the sticky bit (mode {stat.S_IMODE(st.st_mode):o})"
+        if what:
+            return what if place == real else f"is inside {place}, which {what}"
+    return None
+
+
+def socket_origin(given: str | None) -> str:
+    """Where a watch's socket path came from, as its messages name it: ``--socket``, or
+    ``TRACETUI_SOCKET`` when the path is that variable's."""
+    if not given and envvars.value_or(envvars.SOCKET):
+        return envvars.SOCKET
+    return "--socket"
 
 
 def peer_uid(sock: socket.socket) -> int | None:
@@ -320,20 +363,25 @@ def _kind(mode: int) -> str:
     return "not a socket"
 
 
-def prepare_socket_path(path: str, private: bool | None = None) -> bool:
+def prepare_socket_path(path: str, private: bool | None = None, origin: str | None = "--socket") -> bool:
     """Get ``path`` ready to listen on; return True when its folder was made here.
 
     The folder is made 0700 when missing. ``private`` (default: the folder is
     :func:`default_socket_dir`): an existing folder must be this user's and writable by no one
-    else, or it is refused. A folder given by the user is never changed. A socket left by a dead
-    watcher is removed, a live one refused; anything else at ``path`` (a file, a folder, a link)
-    is refused, never removed."""
+    else, or it is refused. A folder given by the user (``origin``: ``--socket`` or
+    ``TRACETUI_SOCKET``, which the messages name; None for tracetui's own private sockets) is
+    refused where another user could replace the socket there (:func:`writable_by_others`), and
+    never changed. A socket left by a dead watcher is removed, a live one refused; anything else
+    at ``path`` (a file, a folder, a link) is refused, never removed."""
+    name = origin or "--socket"
+    fix = (f"set {envvars.SOCKET} to a path in a folder only you can write, or unset it" if name == envvars.SOCKET
+           else "give --socket in a folder only you can write")
     p = Path(path)
     parent = p.parent
     text = os.fspath(path)
     size = len(os.fsencode(text)) if text.isprintable() else -1
     if not 0 < size <= SOCKET_PATH_MAX:
-        raise ListenerError(f"--socket: {clean(text)} " + ("holds a character that is not printable" if size < 0 else
+        raise ListenerError(f"{name}: {clean(text)} " + ("holds a character that is not printable" if size < 0 else
                             f"is {size} bytes long, over the 107 a socket path may have" if size else "is empty")
                             + "; give a shorter path")
     if private is None:
@@ -347,21 +395,26 @@ def prepare_socket_path(path: str, private: bool | None = None) -> bool:
         except FileExistsError:
             pass  # someone made it meanwhile: checked below like any existing folder
         except OSError as exc:
-            raise ListenerError(f"--socket: cannot create {parent} ({exc.strerror}); choose another path") from None
+            raise ListenerError(f"{name}: cannot create {parent} ({exc.strerror}); choose another path") from None
     if private and not made:
         bad = unsafe_folder(parent)
         if bad:
-            raise ListenerError(f"--socket: the socket folder {parent} {bad}, so another user could take the socket; "
+            raise ListenerError(f"{name}: the socket folder {parent} {bad}, so another user could take the socket; "
                                 f"remove it (rm -r {parent}) or give --socket in a folder of your own")
+    elif not private and origin is not None:
+        bad = writable_by_others(parent)
+        if bad:
+            raise ListenerError(f"{name}: the socket folder {clean(str(parent))} {bad}, so another user could replace "
+                                f"the socket; {fix}")
     try:
         st = os.lstat(p)
     except FileNotFoundError:
         return made
     except OSError as exc:
-        raise ListenerError(f"--socket: {p} cannot be checked ({exc.strerror}); give another --socket") from None
+        raise ListenerError(f"{name}: {p} cannot be checked ({exc.strerror}); give another path") from None
     if not stat.S_ISSOCK(st.st_mode):
-        raise ListenerError(f"--socket: {p} exists and is {_kind(st.st_mode)}, not a socket; "
-                            "give another --socket (tracetui removes only a stale socket)")
+        raise ListenerError(f"{name}: {p} exists and is {_kind(st.st_mode)}, not a socket; "
+                            "give another path (tracetui removes only a stale socket)")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -371,12 +424,12 @@ def prepare_socket_path(path: str, private: bool | None = None) -> bool:
             try:
                 p.unlink(missing_ok=True)  # stale: its watcher is gone
             except OSError as exc2:
-                raise ListenerError(f"--socket: cannot remove the stale socket {p} ({exc2.strerror}); "
-                                    "give another --socket") from None
+                raise ListenerError(f"{name}: cannot remove the stale socket {p} ({exc2.strerror}); "
+                                    "give another path") from None
         else:
-            raise ListenerError(f"--socket: {p} exists and cannot be checked ({exc.strerror})") from None
+            raise ListenerError(f"{name}: {p} exists and cannot be checked ({exc.strerror})") from None
     else:
-        raise ListenerError(f"--socket: another tracetui watch is listening on {p}; stop it or give another --socket")
+        raise ListenerError(f"{name}: another tracetui watch is listening on {p}; stop it or give another path")
     finally:
         probe.close()
     return made
@@ -388,18 +441,27 @@ class SocketListener:
     One selector thread serves every connection with non-blocking reads: a client that floods,
     stalls mid-line or never sends cannot hold up the others. Only clients of this user are
     served (``SO_PEERCRED``), at most :data:`MAX_CONNECTIONS` at once, holding at most
-    :data:`MAX_LINE` bytes of an unfinished line each and :data:`MAX_BUFFERED` together. Nothing
+    :data:`MAX_LINE` bytes of an unfinished line each and :data:`MAX_BUFFERED` together; a
+    connection that sends no event is closed after :data:`SILENT_S`, or sooner to let a new
+    one in, and what was refused or dropped is said as it happens (``on_notice``). Nothing
     one line holds can stop the thread: a line that cannot be parsed, breaks the schema or makes
     ``on_event`` raise is dropped and counted by reason in :attr:`dropped`, and the next line
     is read. Out of file descriptors, it waits (up to a second) before accepting again.
     """
 
     def __init__(self, path: str, on_event: Callable[[dict], None], max_connections: int = MAX_CONNECTIONS,
-                 max_buffered: int = MAX_BUFFERED):
+                 max_buffered: int = MAX_BUFFERED, origin: str | None = "--socket",
+                 on_notice: Callable[[str], None] | None = None, silent_s: float = SILENT_S):
+        """``origin``: where ``path`` came from (``--socket``, ``TRACETUI_SOCKET``; None: a private
+        socket of tracetui's own), for :func:`prepare_socket_path`; ``on_notice``: called (from the
+        listener's thread) with one line, at most every :data:`NOTICE_EVERY_S`, when connections or
+        lines were refused or dropped since the last, or the socket was replaced."""
         self.path = path
         self.on_event = on_event
+        self.on_notice = on_notice
         self.max_connections = max_connections
         self.max_buffered = max_buffered
+        self.silent_s = silent_s
         self.dropped: dict[str, int] = {}
         self.accepted = 0
         self.connections = 0
@@ -407,21 +469,30 @@ class SocketListener:
         self.accept_errors = 0
         self.buffered = 0
         self._open: set = set()
+        #: connections that have sent no event yet, oldest first: connection -> when accepted
+        self._silent: dict = {}
         self._paused_until: float | None = None
         self._backoff = 0.0
+        self._said: dict[str, int] = {}
+        self._next_notice = 0.0
+        self._next_look = 0.0
+        self._replaced = False
         self._stop = threading.Event()
         self._sel = selectors.DefaultSelector()
-        prepare_socket_path(path)
+        prepare_socket_path(path, origin=origin)
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # the socket file is born 0600
         try:
             self._srv.bind(path)
         except OSError as exc:
             self._srv.close()
-            raise ListenerError(f"--socket: cannot listen on {path} ({exc.strerror or exc})") from None
+            raise ListenerError(f"{origin or '--socket'}: cannot listen on {path} ({exc.strerror or exc})") from None
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
+        st = os.lstat(path)
+        #: the socket file this listener made: only it is removed at the end
+        self._made = (st.st_dev, st.st_ino)
         self._srv.listen(64)
         self._srv.setblocking(False)
         self._sel.register(self._srv, selectors.EVENT_READ, None)
@@ -453,6 +524,11 @@ class SocketListener:
             except Exception:  # noqa: BLE001 - the loop must live; do not spin either
                 self._stop.wait(0.1)
                 continue
+            try:
+                self._close_silent(time.monotonic() - self.silent_s)
+                self._say_news()
+            except Exception:  # noqa: BLE001 - the loop must live
+                pass
             for key, _mask in ready:
                 try:
                     if key.data is None:
@@ -487,6 +563,11 @@ class SocketListener:
             conn.close()
             self._drop("connection from another user")
             return
+        if len(self._open) >= self.max_connections and self._silent:
+            # the oldest connection that has sent no event makes room: silent ones never lock a client out
+            oldest = next(iter(self._silent))
+            self._close_conn(oldest, self._sel.get_key(oldest).data)
+            self._drop(SILENT)
         if len(self._open) >= self.max_connections:
             conn.close()
             self._drop("connection over the limit")
@@ -499,12 +580,50 @@ class SocketListener:
         self.connections += 1
         state = {"buf": bytearray(), "skipping": False}
         self._open.add(conn)
+        self._silent[conn] = time.monotonic()
         self._sel.register(conn, selectors.EVENT_READ, state)
+
+    def _close_silent(self, before: float) -> None:
+        """Close the connections accepted before ``before`` (monotonic) that have sent no event."""
+        while self._silent:
+            conn, since = next(iter(self._silent.items()))
+            if since > before:
+                return
+            self._close_conn(conn, self._sel.get_key(conn).data)
+            self._drop(SILENT)
+
+    def _say_news(self) -> None:
+        """The live line (:attr:`on_notice`): what was refused or dropped since the last one, at
+        most every :data:`NOTICE_EVERY_S`; and once, that the socket file is not this listener's
+        any more (removed, or replaced by someone else's)."""
+        now = time.monotonic()
+        if self.on_notice is None:
+            return
+        if now >= self._next_look and not self._replaced:
+            self._next_look = now + 2.0
+            try:
+                st = os.lstat(self.path)
+                gone = (st.st_dev, st.st_ino) != self._made
+            except OSError:
+                gone = True
+            if gone:
+                self._replaced = True
+                self.on_notice(f"the socket {self.path} was removed or replaced by someone else: no script can "
+                               "reach this watch any more (restart it, on a path in a folder only you can write)")
+        if now < self._next_notice or self.dropped == self._said:
+            return
+        new = {r: n - self._said.get(r, 0) for r, n in self.dropped.items() if n > self._said.get(r, 0)}
+        self._said = dict(self.dropped)
+        self._next_notice = now + NOTICE_EVERY_S
+        listed = ", ".join(f"{n} {r}" for r, n in sorted(new.items()))
+        self.on_notice(f"the socket {self.path} dropped {listed} (a connection that sends no event is closed "
+                       f"after {self.silent_s:g} s, or at once for a newer one when {self.max_connections} are open)")
 
     def _close_conn(self, conn: socket.socket, state: dict) -> None:
         self.buffered -= len(state["buf"])
         state["buf"].clear()
         self._open.discard(conn)
+        self._silent.pop(conn, None)
         try:
             self._sel.unregister(conn)
         except (KeyError, ValueError):
@@ -525,6 +644,7 @@ class SocketListener:
             self._close_conn(conn, state)
             return
         before = len(buf)
+        events = self.accepted
         buf.extend(data)
         try:
             while True:
@@ -544,6 +664,8 @@ class SocketListener:
                 self._handle(line)
         finally:
             self.buffered += len(buf) - before
+            if self.accepted > events:
+                self._silent.pop(conn, None)  # a client: it sent an event
 
     def _handle(self, line: bytes) -> None:
         if len(line) > MAX_LINE:
@@ -570,7 +692,9 @@ class SocketListener:
             self._srv.close()
         finally:
             try:
-                os.unlink(self.path)
+                st = os.lstat(self.path)
+                if (st.st_dev, st.st_ino) == self._made:  # never a socket someone put in its place
+                    os.unlink(self.path)
             except OSError:
                 pass
 

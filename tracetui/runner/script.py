@@ -231,7 +231,7 @@ class ScriptSweep(SweepBase):
         self._sockdir, self.socket_path = private_socket("tracetui-sweep-", "sweep.sock")
         atexit.register(self._remove_sockdir)
         try:
-            self.listener = SocketListener(self.socket_path, self._inbox.put).start()
+            self.listener = SocketListener(self.socket_path, self._inbox.put, origin=None).start()
         except BaseException:
             self._remove_sockdir()
             raise

@@ -346,6 +346,8 @@ class TraceApp(App):
             self.quit_on_signal(self.signalled)
         if self.source.watching:
             self.sub_title = self.source.describe()
+            for line in self.source.news():  # what the listener refused or dropped, as it happens
+                self.say(line, "warning")
         if self.stages and self.source.live:
             self._dirty = True  # the stage's elapsed time counts on
         running = self.source.running()

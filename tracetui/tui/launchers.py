@@ -211,19 +211,19 @@ def run_replay(events: list[dict], ns, outputs: Outputs, skipped: str = "") -> i
     return exit_status(app.rows, signum=signals.signum, write_error=app.write_failed, need_ok=False)
 
 
-def run_watch(path: str, log, outputs: Outputs) -> int:
-    """Open the monitor on scripts attaching to ``path``; on quit (or SIGTERM, SIGHUP, SIGINT),
-    write the CSV."""
+def run_watch(path: str, log, outputs: Outputs, origin: str = "--socket") -> int:
+    """Open the monitor on scripts attaching to ``path`` (``origin``: where the path came from,
+    as the messages name it); on quit (or SIGTERM, SIGHUP, SIGINT), write the CSV."""
     why = no_terminal()
     try:
         if not why:
-            prepare_socket_path(path)  # refuse a live watcher before the screen opens
+            prepare_socket_path(path, origin=origin)  # refuse a live watcher before the screen opens
     except ListenerError as exc:
         why = str(exc)
     if why:
         log.discard_if_empty()
         return fail_line(why)
-    source = WatchSource(path, log)
+    source = WatchSource(path, log, origin)
     app = TraceApp(source, subtitle=f"watching {path}", outputs=outputs, idle=watch_idle(path))
     signals = quit_on_signals(app)
     try:

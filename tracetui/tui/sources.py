@@ -73,6 +73,10 @@ class Source(abc.ABC):
     def describe(self) -> str:
         return ""
 
+    def news(self) -> list[str]:
+        """Lines the source has to say since it was last asked (the monitor's status line)."""
+        return []
+
 
 class ReplaySource(Source):
     """Saved events (``tracetui show``, snapshot tests): all delivered at start."""
@@ -198,17 +202,25 @@ class WatchSource(Source):
     live = False
     watching = True
 
-    def __init__(self, path: str, log) -> None:
+    def __init__(self, path: str, log, origin: str = "--socket") -> None:
         self.path = path
         self.log = log
+        self.origin = origin
         self.listener = None
+        self._news: collections.deque = collections.deque()
 
     def start(self, inbox: Inbox) -> None:
         def on_event(e: dict) -> None:
             self.log.append(e)
             inbox.put(e)
 
-        self.listener = SocketListener(self.path, on_event).start()
+        self.listener = SocketListener(self.path, on_event, origin=self.origin, on_notice=self._news.append).start()
+
+    def news(self) -> list[str]:
+        out = []
+        while self._news:
+            out.append(self._news.popleft())
+        return out
 
     def stop(self) -> None:
         if self.listener is not None:

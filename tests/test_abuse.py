@@ -288,3 +288,33 @@ def test_a_socket_put_in_its_place_is_said_and_never_removed(tmp_path):
         listener.close()
         assert path.exists()  # theirs, left in place
         theirs.close()
+
+
+def test_the_monitor_of_a_watch_says_what_its_listener_dropped_while_it_runs(tmp_path):
+    """The monitor's status line has the listener's line as it happens (its header showed the
+    count, and nothing said it)."""
+    import asyncio
+
+    from tracetui.store import EventLog
+    from tracetui.tui.app import TraceApp
+    from tracetui.tui.sources import WatchSource
+
+    from .conftest import pilot_until
+
+    path = str(tmp_path / "d" / "w.sock")
+    app = TraceApp(WatchSource(path, EventLog(tmp_path / "events.jsonl")), out_path=str(tmp_path / "out.csv"))
+    held = []
+
+    async def go():
+        async with app.run_test(size=(100, 30)) as pilot:
+            held.extend(_hold(path, 300))
+            await pilot_until(pilot, lambda: any("connection that sent no event" in m for _, m in app.notices))
+            await pilot.press("q")
+
+    try:
+        asyncio.run(go())
+    finally:
+        for s in held:
+            s.close()
+    said = [(level, m) for level, m in app.notices if "connection that sent no event" in m]
+    assert said[0][0] == "warning" and said[0][1].startswith(f"the socket {path} dropped ")

@@ -8,7 +8,7 @@ measured live. Prints, per log and PCT: where each split would have stopped, the
 recorded training time (warm-up included) that took, and whether the ranking of medians is the
 full run's. A replay of recorded steps, not a run: process starts are not counted.
 
-    python benchmarks/replay_until_confident.py docs/results/h200_time_to_verdict_3/events-fixed.jsonl --pct 2 3 5
+    python benchmarks/replay_until_confident.py docs/results/h200_time_to_verdict/fixed_3.jsonl.gz --pct 2 3 5
 """
 
 from __future__ import annotations

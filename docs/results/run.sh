@@ -110,8 +110,9 @@ h200_search_12() {  # the same at 12 steps a run; a forked trial's start, profil
     24:search:600 24:grid:900 80:search:600 80:grid:900
 }
 
-h200_memory_limit() {  # --memory-limit 5: 16x1 ends out of memory, the sweep goes on, 1x16 fits
-  sweep memlimit.csv $Q17 --effective-batch 16 --splits 16x1,1x16 --steps 3 --warmup 1 --memory-limit 5
+h200_memory_limit() {  # --memory-limit 5: 16x1 ends out of memory, the sweep goes on, 1x16 fits (checkpointing on, as recorded)
+  sweep memlimit.csv $Q17 --activation-checkpointing --effective-batch 16 --splits 16x1,1x16 --steps 3 --warmup 1 \
+    --memory-limit 5
   x events.jsonl gunzip -c "$D/memlimit_events.jsonl.gz" > "$D/events.jsonl"
 }
 

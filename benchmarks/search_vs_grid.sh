@@ -19,7 +19,7 @@ OUT=${OUT:-out}
 STEPS=${STEPS:-2}
 WARMUP=${WARMUP:-1}
 REPEATS=${REPEATS:-1}
-R=/tmp/search_vs_grid; mkdir -p "$R/runs"
+R=$(mktemp -d /tmp/search_vs_grid.XXXXXX); mkdir -p "$R/runs"  # this run's alone, so the archive holds nothing older
 printf 'limit\tplanner\twall_s\texit\n' > "$OUT/walls.tsv"
 jobs=("$@"); [ ${#jobs[@]} -eq 0 ] && jobs=(24:search:300 24:grid:300 80:search:300 80:grid:300)
 for job in "${jobs[@]}"; do

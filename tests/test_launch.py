@@ -155,6 +155,17 @@ def test_launchers_and_other_programs_start_fresh(cmd, why):
     assert fork_target(cmd) == (None, why)
 
 
+def test_a_script_that_imports_unsloth_starts_fresh(tmp_path):
+    # Unsloth patches transformers, TRL and PEFT as it is imported, and warns that they were
+    # imported before it: a forked run has them from the fork server
+    (tmp_path / "u.py").write_text("import os\nfrom unsloth import FastLanguageModel\nfrom trl import SFTTrainer\n")
+    (tmp_path / "v.py").write_text("import unsloth_like\n# from unsloth import nothing: a comment\n")
+    assert fork_target([sys.executable, "u.py"], cwd=str(tmp_path)) == (
+        None, "the script imports unsloth, which must come before transformers, TRL and PEFT, "
+              "and the fork server has imported them")
+    assert fork_target([sys.executable, "v.py"], cwd=str(tmp_path))[1] == ""
+
+
 def test_console_scripts_fork_only_from_this_environment(tmp_path):
     mine = tmp_path / "mine"
     mine.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(0)\n")

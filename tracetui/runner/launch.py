@@ -22,6 +22,7 @@ forked (tracetui's own interpreter runs it, no launcher of processes in front).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -427,6 +428,20 @@ FORKABLE_OPTIONS = ("-u",)
 #: commands that start processes of their own: never forked
 NOT_FORKED = ("accelerate", "torchrun", "deepspeed", "torch.distributed.run", "torch.distributed.launch",
               "accelerate.commands.launch", "accelerate.commands.accelerate_cli")
+#: libraries that patch transformers, TRL and PEFT as they are imported, and so must be imported
+#: before them: a script that imports one is never forked (the fork server has imported those)
+IMPORTED_FIRST = ("unsloth",)
+_IMPORTS_FIRST = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(IMPORTED_FIRST) + r")\b", re.MULTILINE)
+
+
+def imports_first(path: str) -> str | None:
+    """The library of :data:`IMPORTED_FIRST` that the script at ``path`` imports, or None."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = _IMPORTS_FIRST.search(text)
+    return found.group(1) if found else None
 
 
 def _prefix(python: str) -> str:
@@ -500,6 +515,10 @@ def fork_target(cmd: list[str], cwd: str | None = None) -> tuple[ForkTarget | No
         if rest and rest[0].endswith(".py"):
             # as typed (the run starts in ``cwd``): its argv[0] and __file__ are what the interpreter would give
             script = os.path.join(cwd, rest[0])
+            first = imports_first(script)
+            if first:
+                return None, (f"the script imports {first}, which must come before transformers, TRL and PEFT, "
+                              "and the fork server has imported them")
             return ForkTarget("path", rest[0], rest[0], os.path.dirname(os.path.abspath(script)), tuple(rest[1:])), ""
         return None, "not a script or module"
     interpreter = _shebang(program) if os.path.isfile(program) else None

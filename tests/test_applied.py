@@ -309,6 +309,32 @@ def test_how_the_split_reached_the_trainer_in_words():
     assert split_applied({}) is None
 
 
+def test_where_the_arguments_were_built_is_the_scripts_line_not_unsloths_generated_config(tmp_path, monkeypatch):
+    # Unsloth generates its SFTConfig subclass into unsloth_compiled_cache/ in the script's working
+    # folder; its __init__ builds the TrainingArguments, so the first frame outside the libraries
+    # was that generated file (seen on the H200), not the script's own SFTConfig(...) line
+    import runpy
+
+    from tracetui.probe import apply
+
+    cache = tmp_path / "unsloth_compiled_cache"
+    cache.mkdir()
+    (cache / "UnslothSFTTrainer.py").write_text(
+        "from tracetui.probe import apply\n\nclass UnslothSFTConfig:\n    def __init__(self):\n"
+        "        apply.note_origin(self)\n")
+    (tmp_path / "train.py").write_text(
+        "from unsloth_compiled_cache.UnslothSFTTrainer import UnslothSFTConfig\n\nargs = UnslothSFTConfig()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "unsloth_compiled_cache", raising=False)
+    args = runpy.run_path(str(tmp_path / "train.py"))["args"]
+    try:
+        assert apply._ORIGINS[id(args)] == {"file": str(tmp_path / "train.py"), "line": 3, "call": "UnslothSFTConfig"}
+    finally:
+        apply._ORIGINS.pop(id(args), None)
+        for name in [n for n in sys.modules if n.startswith("unsloth_compiled_cache")]:
+            del sys.modules[name]
+
+
 def test_a_setting_that_would_not_reach_a_swept_script_is_refused(tmp_path):
     """--model, --steps or --lora-r given to a script sweep used to be ignored without a word."""
     from .conftest import run_main

@@ -43,9 +43,13 @@ _ORIGINS: dict[int, dict[str, Any]] = {}
 #: fields that say where the run writes, not what it trains: applied, never a mismatch
 WHERE_FIELDS = ("output_dir",)
 
+#: folders of library code (Unsloth's trainer and config classes are generated into the script's
+#: working folder, ``unsloth_compiled_cache`` or where ``UNSLOTH_COMPILE_LOCATION`` says)
 _LIBRARIES = tuple(os.sep + name + os.sep for name in ("transformers", "trl", "tracetui", "dataclasses", "peft",
                                                         "accelerate", "unsloth", "unsloth_zoo", "axolotl",
-                                                        "llamafactory", "importlib"))
+                                                        "llamafactory", "importlib", "unsloth_compiled_cache",
+                                                        os.path.basename(os.environ.get("UNSLOTH_COMPILE_LOCATION",
+                                                                                        "").rstrip(os.sep))) if name)
 
 
 def plan() -> dict[str, Any] | None:

@@ -1,7 +1,8 @@
 """A plain reference timer for a training command, no tracetui in it: on ``PYTHONPATH`` it adds
 one ``TrainerCallback`` to every transformers ``Trainer`` the command builds, which appends each
-step's wall time (``on_step_begin`` to ``on_step_end``) and the trainer's split, read back from
-its arguments, to the JSON-lines file ``PLAIN_TIMER_OUT`` names.
+step's wall time (``on_step_begin`` to ``on_step_end``), the clock at its end (``end_s``: the
+differences are whole steps, what the trainer does between them included) and the trainer's
+split, read back from its arguments, to the JSON-lines file ``PLAIN_TIMER_OUT`` names.
 
     PYTHONPATH=benchmarks/plain_timer PLAIN_TIMER_OUT=/tmp/plain.jsonl trl sft ...
 """
@@ -22,7 +23,8 @@ def _patch(module) -> None:
 
         def on_step_end(self, args, state, control, **kwargs):
             with open(_OUT, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"step": state.global_step, "wall_ms": (time.perf_counter() - self.t0) * 1000,
+                end = time.perf_counter()
+                fh.write(json.dumps({"step": state.global_step, "wall_ms": (end - self.t0) * 1000, "end_s": end,
                                      "micro_batch": args.per_device_train_batch_size,
                                      "grad_accum": args.gradient_accumulation_steps,
                                      "checkpointing": args.gradient_checkpointing, "bf16": args.bf16}) + "\n")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import envvars
 from .lifetime import release_server, set_parent_death_signal
+from .threads import Inherited
 
 #: the probe's sitecustomize
 _INJECT = Path(__file__).resolve().parent.parent / "inject" / "sitecustomize.py"
@@ -41,7 +42,13 @@ def run(payload: dict) -> None:
     (the server)."""
     release_server()
     set_parent_death_signal(payload["parent_pid"])
-    os.setpgid(0, 0)  # its own group: the supervisor's signals reach the children it starts
+    # its own session, as a fresh run's (``start_new_session``): its own process group (the
+    # supervisor's signals reach the children it starts), and where the kernel groups the CPU
+    # by session (autogroup), a share of its own, not one with what tracetui's shell runs
+    try:
+        os.setsid()
+    except OSError:  # a group leader already: its group is its own
+        os.setpgid(0, 0)
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -50,10 +57,12 @@ def run(payload: dict) -> None:
     try:
         own_output(payload["log_path"], payload.get("output_fd"))
         os.chdir(payload["cwd"])
+        inherited = Inherited.now()  # (the server's environment, and torch's threads from it)
         os.environ.clear()
         os.environ.update(payload["env"], **{envvars.FORKED: "1"})
+        inherited.follow(os.environ)
         _attach_probe()
-        _simple_launches_here()
+        _simple_launches_here(inherited)
         code = _main(payload["target"])
     except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback, status 1
         traceback.print_exc()
@@ -96,9 +105,10 @@ def _attach_probe() -> None:
     spec.loader.exec_module(module)
 
 
-def _simple_launches_here() -> None:
+def _simple_launches_here(inherited: Inherited) -> None:
     """accelerate's simple launcher (one ``python script ARGS`` process) runs the script in this
-    process, with the environment accelerate would give that process."""
+    process, with the environment accelerate would give that process, and the CPU threads a
+    fresh interpreter would take from it (accelerate sets ``OMP_NUM_THREADS``: :mod:`.threads`)."""
     try:
         import accelerate.commands.launch as launch
         from accelerate.utils.launch import prepare_simple_launcher_cmd_env
@@ -113,6 +123,7 @@ def _simple_launches_here() -> None:
         _reset_accelerate_state()
         os.environ.clear()
         os.environ.update(env)
+        inherited.follow(os.environ)
         if cmd[1] == "-m":
             target = {"kind": "module", "target": cmd[2], "argv0": cmd[2], "path0": os.getcwd(), "args": cmd[3:]}
         else:

@@ -7,9 +7,9 @@ that tracetui's environment gave, whatever its own environment asks. It asks for
 common case: accelerate's launcher, which ``trl sft`` hands its script to, starts the script with
 ``OMP_NUM_THREADS=1`` (unless accelerate is configured to train on the CPU), so the plain command
 and a ``--fresh`` run train on one thread, and a forked run trained on two (this machine's
-cores). Quiet, the two took the same time a step; beside one busy loop on a 2-core CPU the two
-threads waited for each other at every kernel while one of them queued behind the loop: forked
-runs took 1.86-2.33x the step time of fresh ones (benchmarks/forked_vs_fresh_cpu.py).
+cores). Beside one busy loop on a 2-core CPU the two threads waited for each other at every
+kernel while one of them queued behind the loop: forked runs took 1.86-2.33x the step time of
+fresh ones (benchmarks/forked_vs_fresh_cpu.py).
 
 :meth:`Inherited.follow` (in the forked run, once its environment is set, and again when accelerate hands
 it the script's) sets the count a fresh interpreter would take from the environment now. What

@@ -111,7 +111,8 @@ def _make_trace_callback():
                 self._guard(self._skip_later_training, args, control)
                 return
             self.train_loader = kwargs.get("train_dataloader")  # (its length: the steps of an epoch)
-            self._guard(self._begin, args, state, control, model, kwargs.get("optimizer"))
+            self._guard(self._begin, args, state, control, model, kwargs.get("optimizer"),
+                        kwargs.get("train_dataloader"))
             if os.environ.get(envvars.RUN_ID) and not self.failed:
                 _sweep_run_measured = True
 

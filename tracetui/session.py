@@ -477,7 +477,8 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
     the same way before its first step (the settings), 128 + the signal when interrupted, 3 when
     events could not be written, 1 when the summary could not be written or no split finished
     (``need_ok``: a sweep; a replay or a watch has nothing to finish) or a run failed in a way
-    nobody planned (crashed, an error, stalled: :data:`~tracetui.events.UNPLANNED_KINDS`), else 0."""
+    nobody planned (crashed, an error, stalled, a mismatch: :data:`~tracetui.events.UNPLANNED_KINDS`;
+    a mismatch in every mode), else 0."""
     if same_failure and not signum:
         return EXIT_USAGE
     if interrupted or signum:

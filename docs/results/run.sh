@@ -116,6 +116,10 @@ h200_memory_limit() {  # --memory-limit 5: 16x1 ends out of memory, the sweep go
   x events.jsonl gunzip -c "$D/memlimit_events.jsonl.gz" > "$D/events.jsonl"
 }
 
+h200_unsloth() {  # Unsloth's style of script swept unmodified, against it run plainly (its own script: Unsloth's wheels)
+  bash docs/results/h200_unsloth/command.sh "$D"
+}
+
 h200_final_check() {  # a short built-in sweep, end to end
   sweep final_check.json $Q17 --splits 1x4,4x1 --steps 12 --warmup 2
 }

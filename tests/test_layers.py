@@ -69,7 +69,7 @@ def test_no_import_circle():
 #: entry points, the monitor, and the entry points. A module may import its own layer and the
 #: layers below it, never one above (at its top or inside a function).
 LAYERS = (
-    ("domain", ("trial", "knobs", "presets", "phases", "config", "envvars", "clock", "columns", "busy", "text", "paths", "flops",
+    ("domain", ("trial", "knobs", "accepted", "presets", "phases", "config", "envvars", "clock", "columns", "busy", "text", "paths", "flops",
                 "bounded")),
     ("events", ("events", "store", "wire")),
     ("analysis", ("analysis",)),
@@ -77,7 +77,7 @@ LAYERS = (
     ("planners", ("plan", "search")),
     ("callbacks", ("attach", "inject")),
     ("runner", ("runner",)),
-    ("outputs", ("export", "emit", "outputs")),
+    ("outputs", ("export", "emit", "script_patch", "outputs")),
     ("session", ("session",)),
     ("monitor", ("tui",)),
     ("entry points", ("cli", "commands", "__main__", "")),  # "": the package itself
@@ -125,6 +125,8 @@ LAZY_FOR_A_REASON = {
     # in the user's interpreter from its start: tracetui comes in only once transformers does
     ("tracetui.inject.sitecustomize", "tracetui.attach"),
     ("tracetui.inject.sitecustomize", "tracetui.probe.apply"),
+    # the refusals of --emit-patch before anything is parsed further (to be moved to the top)
+    ("tracetui.cli", "tracetui.emit"), ("tracetui.cli", "tracetui.session"), ("tracetui.cli", "tracetui.text"),
 }
 
 

@@ -15,6 +15,7 @@ import sys
 
 from . import __version__, clock, commands
 from .config import ConfigError, add_arguments
+from .config import from_args as config_from_args
 from .envvars import check_environment
 from .plan import dry_run_lines
 from .runner.lifetime import stop_server
@@ -54,7 +55,7 @@ def unknown_command(word: str) -> str:
 def refuse_patch(ns) -> None:
     """``--emit-patch`` given to the built-in sweep (flag or TOML): one line before anything
     starts; a path that is no regular file is said first, as for every output."""
-    from .config import from_args
+    from_args = config_from_args
     from .emit import check_patch_target
     from .session import check_writable
 

@@ -254,20 +254,20 @@ def test_a_socket_folder_of_another_user_is_refused_naming_the_variable(tmp_path
     assert not (folder / "w.sock").exists()
 
 
-def test_a_socket_folder_others_may_write_to_is_refused(tmp_path):
+def test_a_socket_folder_others_may_write_to_is_refused(short_tmp):
     """Writable by others without the sticky bit (here or in a folder above), and not this
     user's or root's: refused, whoever runs the test; a sticky one (as /tmp) is taken."""
-    wide = _folder(tmp_path, 0o777)
+    wide = _folder(short_tmp, 0o777)
     for where, said in ((wide, "is writable by its group and others without the sticky bit (mode 777)"),
                         (_folder(wide, 0o700), f"is inside {wide}, which is writable by its group and others"),
-                        (_folder(tmp_path, 0o770), "is writable by its group without the sticky bit (mode 770)")):
+                        (_folder(short_tmp, 0o770), "is writable by its group without the sticky bit (mode 770)")):
         with pytest.raises(ListenerError) as refused:
             SocketListener(str(where / "w.sock"), lambda e: None)
         assert str(refused.value).startswith(f"--socket: the socket folder {where} {said}")
         assert not (where / "w.sock").exists()
-    sticky = _folder(tmp_path, 0o1777)
+    sticky = _folder(short_tmp, 0o1777)
     SocketListener(str(sticky / "w.sock"), lambda e: None).start().close()
-    proc = run_main("watch", "--socket", wide / "w.sock", "--export", "csv", "--runs-dir", tmp_path / "runs")
+    proc = run_main("watch", "--socket", wide / "w.sock", "--export", "csv", "--runs-dir", short_tmp / "runs")
     assert proc.returncode == 2 and proc.stderr.startswith("tracetui: error: --socket: the socket folder"), proc.stderr
 
 

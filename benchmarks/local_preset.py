@@ -29,7 +29,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tracetui.presets import build_config
+    from tracetui.core.presets import build_config
     from tracetui.runner.sources import byte_tokenizer, ragged_lengths
 
     tok = byte_tokenizer()

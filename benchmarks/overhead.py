@@ -23,7 +23,7 @@ import time
 from transformers import TrainerCallback
 
 from tracetui.analysis import median, quantile
-from tracetui.config import SweepConfig, parse_split
+from tracetui.core.config import SweepConfig, parse_split
 from tracetui.probe.callback import Probe
 from tracetui.runner.worker import build_trainer, resolve_precision
 
@@ -126,7 +126,7 @@ def main() -> int:
                       splits=split.label, steps=steps, warmup=ns.warmup, precision=precision)
     events: list[dict] = []
     if ns.callback:
-        from tracetui.attach import TraceCallback
+        from tracetui.callbacks.attach import TraceCallback
 
         probe = timed(TraceCallback)(socket_path="/nonexistent/tracetui.sock", quiet=True)
         probe_core = probe

@@ -21,7 +21,7 @@ def main() -> None:
     ns = p.parse_args()
 
     from tracetui.analysis import Policy, Results, summarise, verdict
-    from tracetui.store import read_events
+    from tracetui.events.log import read_events
 
     events = read_events(ns.events).events
     blind = copy.deepcopy(events)

@@ -43,7 +43,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, TrainerCallback, set_seed
     from trl import SFTConfig, SFTTrainer
 
-    from tracetui.presets import build_config  # the architecture's shape only
+    from tracetui.core.presets import build_config  # the architecture's shape only
     from tracetui.runner.sources import byte_tokenizer
 
     import os

@@ -1,15 +1,15 @@
 """How long the fork server's library imports take, each way asked for against the others:
 
 - ``--way beside`` (the fork server's): the installed-package table computed beside the imports
-  (``tracetui.runner.metadata`` imported first); ``where_asked``: where TRL and transformers ask
+  (``tracetui.runner.startup.metadata`` imported first); ``where_asked``: where TRL and transformers ask
   for it (the standard ``importlib.metadata.packages_distributions``);
 - ``--gc off`` (the fork server's): the cyclic collector off during the imports
-  (``tracetui.runner.gcoff``); ``on``: as Python has it;
-- ``--hide on`` (the fork server's): the optional packages of ``tracetui.runner.optional``
+  (``tracetui.runner.startup.gcoff``); ``on``: as Python has it;
+- ``--hide on`` (the fork server's): the optional packages of ``tracetui.runner.startup.optional``
   (scikit-learn, SciPy, torchvision, torchaudio) marked absent during the imports; ``off``:
   imported where the libraries import them;
 - ``--collect off`` (the fork server's): the collector turned back on without a full collection
-  first (``tracetui.runner.gcfreeze``); ``on``: one full collection after the imports (the fork
+  first (``tracetui.runner.startup.gcfreeze``); ``on``: one full collection after the imports (the fork
   server's before).
 
 Each measurement is a fresh interpreter importing the libraries of
@@ -35,9 +35,9 @@ import gc
 if gc_mode == "off":
     gc.disable()
 if way == "beside":
-    import tracetui.runner.metadata as md
+    import tracetui.runner.startup.metadata as md
 if hide == "on":
-    import tracetui.runner.optional as optional
+    import tracetui.runner.startup.optional as optional
 asked = []
 import importlib.metadata as m
 inner = m.packages_distributions

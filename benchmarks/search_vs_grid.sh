@@ -12,7 +12,7 @@
 # interval (the verdict then says "too few steps"): compare the picks by step_ms_median, and the
 # wall times. STEPS, WARMUP and REPEATS override for a longer check (then the search's share of
 # the grid's time falls: it skips the slow small micro-batches, whose steps dominate the grid).
-# Needs the sweep to take its planner from tracetui.plan.make_planner (--search/--grid).
+# Needs the sweep to take its planner from tracetui.planning.plan.make_planner (--search/--grid).
 # Usage: bash benchmarks/search_vs_grid.sh [LIMIT:PLANNER:SECONDS ...]   (default: all four, 300 s each)
 set -u
 OUT=${OUT:-out}

@@ -76,7 +76,7 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--warmup", type=int, default=5)
-    from tracetui.config import UNTIL_CONFIDENT_PCT
+    from tracetui.core.config import UNTIL_CONFIDENT_PCT
 
     p.add_argument("--pct", type=float, default=UNTIL_CONFIDENT_PCT, help="--until-confident's PCT (its default)")
     p.add_argument("--min-steps", type=int, default=10)

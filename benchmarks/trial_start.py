@@ -28,7 +28,7 @@ def _trial(args: dict, conn) -> None:
     import torch
     from transformers import TrainerCallback
 
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.runner.worker import build_trainer, resolve_precision
 
     t0 = time.perf_counter()

@@ -27,7 +27,7 @@ def main() -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from tracetui.presets import build_config
+    from tracetui.core.presets import build_config
 
     out = Path(ns.out)
     (out / "data").mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import Inbox, Source
 

@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from tracetui.cli import build_parser
+from tracetui.cli.main import build_parser
 from tracetui.runner.sweep import Sweep
-from tracetui.session import load_config
+from tracetui.session.main import load_config
 from tracetui.tui.app import TraceApp, sweep_subtitle
 from tracetui.tui.sources import SweepSource
 
@@ -53,7 +53,7 @@ async def shoot_replay(app: TraceApp, out: Path, prefix: str, size: tuple[int, i
 
 
 def main() -> int:
-    from tracetui import clock
+    from tracetui.core import clock
 
     clock.mark_command_start(process=True)  # (this program is the command the screenshots show)
     argv = sys.argv[1:]
@@ -66,7 +66,7 @@ def main() -> int:
     ns = p.parse_args(own)
     w, h = (int(x) for x in ns.size.split("x"))
     if ns.replay:
-        from tracetui.store import read_events
+        from tracetui.events.log import read_events
         from tracetui.tui.sources import ReplaySource
 
         app = TraceApp(ReplaySource(read_events([ns.replay]).events), subtitle="replay",

@@ -29,7 +29,7 @@ class ScriptArguments:
 
 
 def load_model_and_tokenizer(name: str):
-    from tracetui.presets import PRESETS, build_config
+    from tracetui.core.presets import PRESETS, build_config
     from tracetui.runner.sources import byte_tokenizer
 
     if name in PRESETS:  # random weights of a published shape: no download

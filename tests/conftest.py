@@ -197,14 +197,14 @@ def cli_args(args) -> list[str]:
 
 
 def run_main(*args, cwd=None):
-    """``tracetui ARGS`` called in this process (``tracetui.cli.main``, what ``python -m
+    """``tracetui ARGS`` called in this process (``tracetui.cli.main.main``, what ``python -m
     tracetui`` runs), with what it writes to stdout and stderr captured; returns what
     :func:`run_cli` returns, ``returncode`` being what ``main`` returned (the exit status).
     For the tests whose subject is a sweep's outputs rather than the process around it: the
     sweep's trials are still real spawned workers, and the command saves the few seconds a
     fresh interpreter takes to import torch, transformers and TRL before it can start one. The
     tests about signals, exit by signal or a killed tracetui keep :func:`run_cli`."""
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     args = cli_args(args)
     out, err = io.StringIO(), io.StringIO()

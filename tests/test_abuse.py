@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tracetui import wire
-from tracetui.events import make
+from tracetui.events import wire
+from tracetui.events.schema import make
 from tracetui.runner import runlog
-from tracetui.store import read_events
-from tracetui.wire import HELLO, ListenerError, SocketListener, SocketSink
+from tracetui.events.log import read_events
+from tracetui.events.wire import HELLO, ListenerError, SocketListener, SocketSink
 
 from .conftest import ROOT, read_csv, run_main, wait_until
 
@@ -295,7 +295,7 @@ def test_the_monitor_of_a_watch_says_what_its_listener_dropped_while_it_runs(tmp
     count, and nothing said it)."""
     import asyncio
 
-    from tracetui.store import EventLog
+    from tracetui.events.log import EventLog
     from tracetui.tui.app import TraceApp
     from tracetui.tui.sources import WatchSource
 

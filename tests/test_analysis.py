@@ -8,10 +8,10 @@ import pytest
 
 from tracetui.analysis import (Results, confident, median, median_ci, bootstrap_medians, order_stat_ci,
                                recommendation, settle_interval, settled, stop_reason, StopRule, summarise, verdict)
-from tracetui.trial import Trial as Split
-from tracetui.events import make
-from tracetui.plan import grid_order, interleave
-from tracetui.store import read_events
+from tracetui.core.trial import Trial as Split
+from tracetui.events.schema import make
+from tracetui.planning.plan import grid_order, interleave
+from tracetui.events.log import read_events
 
 from .conftest import busy_marked, read_csv, run_main
 
@@ -45,8 +45,8 @@ def test_a_recorded_h200_sweep_with_repeats_replays_to_what_tracetui_said_on_the
     """The paired verdict over runs, the MFU recommendation, every field of every row and the time
     account, from the event log alone, equal what the command wrote on the H200."""
     from tracetui.analysis import time_spent
-    from tracetui.export import summary_json
-    from tracetui.outputs import Outputs
+    from tracetui.outputs.export import summary_json
+    from tracetui.outputs.writer import Outputs
 
     wrote = json.loads((H200_REPEATS / "builtin.json").read_text())
     events = read_events([H200_REPEATS / "builtin_events.jsonl.gz"]).events

@@ -15,12 +15,12 @@ import pytest
 
 from tracetui.analysis.answer import recommendation, verdict
 from tracetui.analysis.applied import derived_note, split_applied
-from tracetui.plan import RunSpec
-from tracetui.runner.launch import takes_flags
+from tracetui.planning.plan import RunSpec
+from tracetui.launch.dialects import takes_flags
 from tracetui.runner.supervise import as_planned
-from tracetui.session import exit_status
-from tracetui.store import read_events
-from tracetui.trial import Trial
+from tracetui.session.main import exit_status
+from tracetui.events.log import read_events
+from tracetui.core.trial import Trial
 
 from .conftest import outcome, read_csv, run_cli, scenarios
 
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent('''
     from transformers import AutoModelForCausalLM, TrainingArguments, set_seed
     from trl import SFTConfig, SFTTrainer
 
-    from tracetui.presets import build_config
+    from tracetui.core.presets import build_config
     from tracetui.runner.sources import byte_tokenizer
 
     MODE = os.environ["TT_MODE"]

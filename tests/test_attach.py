@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.wire import ListenerError, SocketListener
-from tracetui.events import make
-from tracetui.store import read_events
+from tracetui.events.wire import ListenerError, SocketListener
+from tracetui.events.schema import make
+from tracetui.events.log import read_events
 
 from .conftest import (wait_until as _wait_for, CPU_TINY, ROOT, cpu_memory_limit, kill_left, outcome, read_csv,
                        run_cli, scenarios)
@@ -247,7 +247,7 @@ def test_under_a_temp_dir_too_long_for_a_socket_tracetuis_sockets_go_to_tmp(tmp_
     import shutil
     import tempfile
 
-    from tracetui.wire import default_socket_dir, private_socket
+    from tracetui.events.wire import default_socket_dir, private_socket
 
     long_tmp = tmp_path / ("scratch-" + "x" * 90)
     long_tmp.mkdir()
@@ -271,7 +271,7 @@ def test_under_a_temp_dir_too_long_for_a_socket_tracetuis_sockets_go_to_tmp(tmp_
 
 
 def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, capsys):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     assert main(["sweep", "--dry-run", "--splits", "1x4,4x1", "--repeats", "1", "--runs-dir", str(tmp_path / "runs"),
                  "--", "python", str(EXAMPLE), "--no_trace"]) == 0

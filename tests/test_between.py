@@ -17,11 +17,11 @@ from transformers import Trainer, TrainerCallback, TrainerControl
 from tracetui.analysis import Results, summarise
 from tracetui.analysis.answer import held_back
 from tracetui.analysis.between import occurrences
-from tracetui.events import make, validate
-from tracetui.phases import BETWEEN, FIELDS
+from tracetui.events.schema import make, validate
+from tracetui.core.phases import BETWEEN, FIELDS
 from tracetui.probe.callback import Probe, between_schedule, watch_stops
 from tracetui.probe.timing import HostClock, Mark
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import outcome, read_csv, run_cli, scenarios
 
@@ -197,7 +197,7 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, TrainerCallback, set_seed
 from trl import SFTConfig, SFTTrainer
 
-from tracetui.presets import build_config
+from tracetui.core.presets import build_config
 from tracetui.runner.sources import byte_tokenizer
 
 

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Results, Row, summarise
-from tracetui.columns import COLUMNS, CSV_KEYS, MONITOR, check_rows, table_context
-from tracetui.export import summary_csv
-from tracetui.phases import FIELDS, PHASES
-from tracetui.store import read_events
+from tracetui.core.columns import COLUMNS, CSV_KEYS, MONITOR, check_rows, table_context
+from tracetui.outputs.export import summary_csv
+from tracetui.core.phases import FIELDS, PHASES
+from tracetui.events.log import read_events
 
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tracetui.cli import main
-from tracetui.config import ConfigError, SweepConfig, from_mapping, validate
+from tracetui.cli.main import main
+from tracetui.core.config import ConfigError, SweepConfig, from_mapping, validate
 
 from .conftest import run_cli
 
@@ -79,8 +79,8 @@ def test_unwritable_output(capsys, tmp_path):
 
 
 def test_toml_and_flags_override(tmp_path):
-    from tracetui.cli import build_parser
-    from tracetui.config import from_args
+    from tracetui.cli.main import build_parser
+    from tracetui.core.config import from_args
 
     cfg_file = tmp_path / "s.toml"
     cfg_file.write_text('[sweep]\nsteps = 12\nwarmup = 2\nsplits = ["1x8", "8x1"]\neffective-batch = 8\n')
@@ -92,8 +92,8 @@ def test_toml_and_flags_override(tmp_path):
 
 def test_until_confident_alone_asks_for_five_percent():
     """A run's median to within 5%: fresh processes of one split differ by more than that."""
-    from tracetui.cli import build_parser
-    from tracetui.config import from_args
+    from tracetui.cli.main import build_parser
+    from tracetui.core.config import from_args
 
     assert from_args(build_parser().parse_args(["--until-confident"])).until_confident == 5.0
     assert from_args(build_parser().parse_args(["--until-confident", "2"])).until_confident == 2.0
@@ -123,8 +123,8 @@ def test_error_names_field():
 
 def test_splits_without_an_effective_batch_set_it():
     """``--splits 1x8,8x1`` alone compares at 8 (the splits' own), two products give two."""
-    from tracetui.cli import build_parser
-    from tracetui.config import from_args
+    from tracetui.cli.main import build_parser
+    from tracetui.core.config import from_args
 
     def effective(*argv):
         return from_args(build_parser().parse_args(list(argv))).effective_batch
@@ -148,7 +148,7 @@ def test_help_is_fast_and_light():
     import subprocess
     import sys
 
-    code = "import sys, tracetui.cli; print('torch' in sys.modules, 'textual' in sys.modules)"
+    code = "import sys, tracetui.cli.main; print('torch' in sys.modules, 'textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert out.strip() == "False False"
 
@@ -157,8 +157,8 @@ def test_every_setting_is_declared_once_and_reaches_flag_toml_and_help():
     """One declaration per setting gives its flag, TOML key, type, default and help."""
     from dataclasses import fields
 
-    from tracetui.cli import build_parser
-    from tracetui.config import SweepConfig, from_mapping
+    from tracetui.cli.main import build_parser
+    from tracetui.core.config import SweepConfig, from_mapping
 
     parser = build_parser()
     dests = {a.dest: a for a in parser._actions}
@@ -173,7 +173,7 @@ def test_every_setting_is_declared_once_and_reaches_flag_toml_and_help():
 @pytest.mark.slow  # (checked in a process forked from the fork server)
 def test_lora_targets_that_name_no_layer_are_refused_up_front(capsys):
     """They would fail in every run, minutes in: refused before any run with the names to use."""
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     assert main(["--dry-run", "--lora-targets", "q_proj,qkv"]) == 2
     err = capsys.readouterr().err.strip()

@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from .conftest import ROOT, outcome, run_cli, run_main, scenarios
-from tracetui.config import KNOB_DEFAULTS, SweepConfig
-from tracetui.emit import installed_fields, trl_config, winning_command, write_trl_config
-from tracetui.knobs import SHORT
-from tracetui.trial import Trial
+from tracetui.core.config import KNOB_DEFAULTS, SweepConfig
+from tracetui.outputs.emit import installed_fields, trl_config, winning_command, write_trl_config
+from tracetui.core.knobs import SHORT
+from tracetui.core.trial import Trial
 
 CKPT_NAMES = {"activation_checkpointing", "gradient_checkpointing"}
 
@@ -202,7 +202,7 @@ def test_builtin_sweep_file_keeps_its_settings_and_installed_keys(tmp_path):
     """A built-in sweep (no command): today's file (preset and data to set, the sweep's LoRA,
     length, precision and every speed setting), only with keys TRL reads here."""
     from tracetui.analysis import Policy, Results, recommended_rows, summarise
-    from tracetui.store import read_events
+    from tracetui.events.log import read_events
 
     rows = summarise(Results().extend(read_events([ROOT / "tests" / "data" / "cpu_vary_liger.jsonl"]).events))
     best = recommended_rows(rows, Policy(allow_busy=True))[0]
@@ -275,7 +275,7 @@ def recommended(runs_dir: Path) -> dict:
     """The recommended row of the one sweep in ``runs_dir``, from its events (the summary rows
     with the trial's settings, as the sweep computed them)."""
     from tracetui.analysis import Policy, Results, recommended_rows, summarise
-    from tracetui.store import read_events
+    from tracetui.events.log import read_events
 
     logs = glob.glob(str(runs_dir / "*" / "events.jsonl"))
     assert len(logs) == 1, logs

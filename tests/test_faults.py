@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracetui.cli import main
-from tracetui.store import read_events
+from tracetui.cli.main import main
+from tracetui.events.log import read_events
 
 from .conftest import wait_until as _wait, ROOT, cli_args, kill_left, outcome, pilot_until, read_csv, run_cli, run_main, scenarios
 
@@ -279,7 +279,7 @@ class _FlakyNvml:
 
 
 def test_nvml_failing_mid_run_stops_sampling_with_a_notice():
-    from tracetui.events import make
+    from tracetui.events.schema import make
     from tracetui.probe.gpu import GpuSampler
     from tracetui.tui.app import TraceApp
     from tracetui.tui.sources import ReplaySource

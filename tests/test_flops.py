@@ -1,4 +1,4 @@
-"""The work each step does (tracetui.flops): the formula against torch's own FLOP counter on a
+"""The work each step does (tracetui.core.flops): the formula against torch's own FLOP counter on a
 real optimizer step of the tiny preset with LoRA, ragged rows, checkpointing off and on; the
 peaks MFU is measured against; MFU in the summary, the recommendation and the detail pane."""
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Results, recommendation, summarise
-from tracetui.events import make
-from tracetui.flops import Profile, peak_tflops, profile_of_config, step_work
-from tracetui.presets import PRESETS
-from tracetui.store import read_events
+from tracetui.events.schema import make
+from tracetui.core.flops import Profile, peak_tflops, profile_of_config, step_work
+from tracetui.core.presets import PRESETS
+from tracetui.events.log import read_events
 
 DATA = Path(__file__).parent / "data"
 
@@ -21,7 +21,7 @@ def one_step_counted(tmp_path, checkpointing: bool):
     settings, and the FLOPs torch counted."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.probe.callback import Probe
     from tracetui.runner.worker import build_trainer, resolve_precision
 

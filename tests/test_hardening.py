@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracetui import wire
-from tracetui.wire import HELLO, SocketListener, SocketSink
-from tracetui.events import make, parse_line, validate
-from tracetui.store import EventLog, read_events
+from tracetui.events import wire
+from tracetui.events.wire import HELLO, SocketListener, SocketSink
+from tracetui.events.schema import make, parse_line, validate
+from tracetui.events.log import EventLog, read_events
 
 from .conftest import ROOT, read_csv, run_cli, wait_until
 
@@ -193,10 +193,10 @@ def test_whatever_passes_the_schema_can_be_analysed_and_exported(items):
     """The listener's consumers (analysis, the exports, the headless progress lines) never raise
     on an event the schema let through: what arrives from outside is checked enough."""
     from tracetui.analysis import Results, summarise
-    from tracetui.session import progress_printer
+    from tracetui.session.main import progress_printer
     from tracetui.analysis import Policy
-    from tracetui.export import steps_csv, summary_csv, summary_json
-    from tracetui.outputs import Answer
+    from tracetui.outputs.export import steps_csv, summary_csv, summary_json
+    from tracetui.outputs.writer import Answer
 
     base = {"run_started": _started, "step": _step,
             "gpu": lambda r: make("gpu", r, util=1.0, mem_used_gib=1.0, mem_total_gib=2.0),
@@ -333,8 +333,8 @@ def test_default_socket_folder_that_others_could_write_is_refused(short_tmp, own
     assert stat.S_IMODE(folder.stat().st_mode) == (0o700 if owner == "other" else 0o777)  # left as found
     # the callback does not trust a socket there either: its events go to its file
     code = textwrap.dedent(f"""
-        from tracetui.wire import SocketSink, default_socket_path
-        from tracetui.events import make
+        from tracetui.events.wire import SocketSink, default_socket_path
+        from tracetui.events.schema import make
         s = SocketSink(default_socket_path(), {str(tmp_path / 'cb.jsonl')!r})
         s.emit(make("notice", "r", message="m")); s.close()
     """)
@@ -399,8 +399,8 @@ def test_peers_of_another_user_are_refused_at_both_ends(request_cleanup):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from tracetui.wire import SocketListener  # imported first: the other user cannot read /root
-        import tracetui.events, array, fcntl, termios, selectors, struct
+        from tracetui.events.wire import SocketListener  # imported first: the other user cannot read /root
+        import tracetui.events.schema, array, fcntl, termios, selectors, struct
         os.setgid({NOBODY}); os.setuid({NOBODY})
         l = SocketListener({str(sock)!r}, lambda e: print("GOT", flush=True)).start()
         os.chmod({str(sock)!r}, 0o666)
@@ -463,7 +463,7 @@ def test_out_of_file_descriptors_the_listener_backs_off_instead_of_spinning(tmp_
     waiting clients once descriptors are free again."""
     code = textwrap.dedent(f"""
         import os, resource, socket, sys, time
-        from tracetui.wire import SocketListener
+        from tracetui.events.wire import SocketListener
         listener = SocketListener({str(tmp_path / 'd' / 'w.sock')!r}, lambda e: None).start()
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         filler = []
@@ -510,8 +510,8 @@ def test_event_log_at_the_file_size_limit_never_tears_a_line(tmp_path):
     path = tmp_path / "events.jsonl"
     code = textwrap.dedent(f"""
         import json, resource, signal
-        from tracetui.store import EventLog
-        from tracetui.events import make
+        from tracetui.events.log import EventLog
+        from tracetui.events.schema import make
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (5000, 5000))
         log = EventLog({str(path)!r})
@@ -556,7 +556,7 @@ def test_show_of_a_huge_file_without_newline_reads_it_in_chunks(tmp_path):
         fh.truncate(300 * 2**20)  # 300 MB, no newline (sparse)
     code = textwrap.dedent(f"""
         import sys
-        from tracetui.cli import main
+        from tracetui.cli.main import main
         rc = main(["show", {str(huge)!r}, {str(DATA)!r}, "--export", "csv", "-o", {str(tmp_path / 'o.csv')!r}])
         print(rc, {_HWM})
     """)
@@ -591,8 +591,8 @@ def test_nan_never_reaches_the_jsonl_or_the_json_export(tmp_path):
 
 def test_json_export_writes_null_for_values_that_are_not_finite():
     from tracetui.analysis import Policy, Results, summarise
-    from tracetui.export import summary_json
-    from tracetui.outputs import Answer
+    from tracetui.outputs.export import summary_json
+    from tracetui.outputs.writer import Answer
 
     rows = summarise(Results().extend(read_events([DATA]).events), None)
     rows[0]["final_loss"] = float("nan")
@@ -609,7 +609,7 @@ def test_a_huge_row_is_cut_before_it_is_tokenised(tmp_path):
     data = tmp_path / "big.jsonl"
     data.write_text(json.dumps({"text": "ab" * 4_000_000}) + "\n" + json.dumps({"text": "hello"}) + "\n")
     code = textwrap.dedent(f"""
-        from tracetui.config import SweepConfig
+        from tracetui.core.config import SweepConfig
         from tracetui.runner.sources import build_dataset, byte_tokenizer
         tok = byte_tokenizer()
         tok("warm up the tokenizer")
@@ -640,7 +640,7 @@ def test_cutting_by_characters_keeps_every_token_seq_len_can_use():
 
 @pytest.mark.slow
 def test_a_data_set_of_empty_rows_is_refused_up_front(capsys, tmp_path):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     data = tmp_path / "empty.jsonl"
     data.write_text('{"text": ""}\n{"text": null}\n{"text": ""}\n')
@@ -665,7 +665,7 @@ def test_a_data_set_of_empty_rows_is_refused_up_front(capsys, tmp_path):
     ("sweep = 3\n", "sweep must be a table"),
 ])
 def test_toml_that_would_be_ignored_is_refused(capsys, tmp_path, toml, needle):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(toml)
@@ -676,7 +676,7 @@ def test_toml_that_would_be_ignored_is_refused(capsys, tmp_path, toml, needle):
 
 @pytest.mark.parametrize("value", ["", " , "])
 def test_empty_splits_name_the_splits_flag(capsys, value):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     code = main(["--export", "csv", "--splits", value])
     err = capsys.readouterr().err
@@ -704,7 +704,7 @@ def test_show_reads_gzip_logs_and_keeps_what_precedes_a_cut(tmp_path):
     import gzip
     from pathlib import Path
 
-    from tracetui.store import read_events
+    from tracetui.events.log import read_events
 
     src = Path(__file__).resolve().parent / "data" / "h200_sweep.jsonl"
     plain = read_events([src]).events

@@ -14,13 +14,13 @@ import pytest
 
 from .conftest import ROOT, read_csv, run_main
 
-from tracetui.config import SweepConfig
-from tracetui.plan import GridPlanner
+from tracetui.core.config import SweepConfig
+from tracetui.planning.plan import GridPlanner
 from tracetui.runner.sweep import relaying
 from tracetui.runner.turns import Turns
-from tracetui.events import WAITING_STAGE
-from tracetui.search import make_planner
-from tracetui.trial import Trial
+from tracetui.events.schema import WAITING_STAGE
+from tracetui.planning.search import make_planner
+from tracetui.core.trial import Trial
 
 
 def _runs(runs_dir: Path) -> tuple[list[dict], dict[str, dict]]:
@@ -249,7 +249,7 @@ def test_an_attempt_crowded_out_by_a_head_start_is_no_run_of_its_split():
     message stays; on its own (stopped before it could go again) the split has no runs, no
     steps and no rank. The same for a run ``lost`` with its fork server before its first step."""
     from tracetui.analysis import Results, recommendation, summarise, verdict
-    from tracetui.events import make
+    from tracetui.events.schema import make
 
     def run(events, rid, mb, ga, walls, failed=None):
         events.append(make("run_started", rid, label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga,

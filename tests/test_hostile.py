@@ -27,9 +27,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tracetui.bounded import EvenSample, approx_bytes
-from tracetui.events import dumps, make
-from tracetui.text import clean, plain, safe_text
+from tracetui.core.bounded import EvenSample, approx_bytes
+from tracetui.events.schema import dumps, make
+from tracetui.core.text import clean, plain, safe_text
 
 from .conftest import ROOT, pilot_until, read_csv, run_cli
 
@@ -105,7 +105,7 @@ def test_safe_text_keeps_styles_and_line_breaks():
 def test_show_of_any_strings_writes_them_escaped(capsys, tmp_path_factory, strings):
     """`show --export`: every line on stderr and every CSV cell is printable text; the strings
     are there, escaped, never read as markup; no traceback, exit 0 or 1 (some runs failed)."""
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     d = tmp_path_factory.mktemp("show")
     log, out = _log(d, strings), d / "out.csv"
@@ -157,7 +157,7 @@ async def _every_view(app, pilot) -> list[str]:
 
 
 def _monitor(strings: list[str], planned=None) -> tuple[object, list[str]]:
-    from tracetui.store import read_events
+    from tracetui.events.log import read_events
     from tracetui.tui.app import TraceApp
     from tracetui.tui.sources import ReplaySource
 
@@ -188,7 +188,7 @@ def test_monitor_shows_the_probe_cases_literally():
     """A GPU name, a varied value, settings, a notice and a failure holding markup and escape
     sequences: the monitor (its every tab and the help screen) neither crashes nor lets a control
     character through, and shows the markup as text."""
-    from tracetui.trial import Trial
+    from tracetui.core.trial import Trial
 
     planned = [("s/queued", Trial(1, 1, 1, {"optim": "[/]"}))]  # --vary optim=adamw_torch,[/] before it ran
     app, seen = _monitor(CORPUS, planned)
@@ -314,7 +314,7 @@ JSONISH = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.flo
 def _setting_names():
     from dataclasses import fields
 
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
 
     return [f.name for f in fields(SweepConfig)]
 
@@ -322,7 +322,7 @@ def _setting_names():
 @settings(max_examples=300, deadline=None)
 @given(values=st.dictionaries(st.sampled_from(_setting_names()), JSONISH, max_size=4))
 def test_any_setting_value_is_accepted_or_one_config_error(values):
-    from tracetui.config import ConfigError, from_mapping, validate
+    from tracetui.core.config import ConfigError, from_mapping, validate
 
     try:
         validate(from_mapping(values))
@@ -332,11 +332,11 @@ def test_any_setting_value_is_accepted_or_one_config_error(values):
 
 
 @settings(max_examples=200, deadline=None)
-@given(name=st.sampled_from(sorted(__import__("tracetui.envvars", fromlist=["ENVIRONMENT"]).ENVIRONMENT)),
+@given(name=st.sampled_from(sorted(__import__("tracetui.core.envvars", fromlist=["ENVIRONMENT"]).ENVIRONMENT)),
        value=st.one_of(HOSTILE, st.integers().map(str), st.floats().map(str), st.text(max_size=300)))
 def test_any_environment_value_is_accepted_or_one_config_error(name, value):
-    from tracetui.config import ConfigError
-    from tracetui.envvars import check_environment
+    from tracetui.core.config import ConfigError
+    from tracetui.core.envvars import check_environment
 
     assume("\x00" not in value)  # (no environment holds one)
     try:
@@ -346,16 +346,16 @@ def test_any_environment_value_is_accepted_or_one_config_error(name, value):
 
 
 def test_every_tracetui_variable_read_is_declared():
-    from tracetui.envvars import ENVIRONMENT
+    from tracetui.core.envvars import ENVIRONMENT
 
     read = set()
     for path in (ROOT / "tracetui").rglob("*.py"):
         read |= set(re.findall(r"(?<![A-Za-z_])TRACETUI_[A-Z_]+", path.read_text()))
-    assert read - set(ENVIRONMENT) == set(), "declare these in tracetui.envvars.ENVIRONMENT"
+    assert read - set(ENVIRONMENT) == set(), "declare these in tracetui.core.envvars.ENVIRONMENT"
 
 
 def test_the_environment_protocol_is_named_in_one_module():
-    """A variable's name is written in tracetui/envvars.py only: everywhere else the code sets
+    """A variable's name is written in tracetui/core/envvars.py only: everywhere else the code sets
     and reads it through that module's names (docstrings may speak of it). The probe's
     sitecustomize, which runs before any of tracetui is imported, is the one exception."""
     import ast
@@ -373,13 +373,13 @@ def test_the_environment_protocol_is_named_in_one_module():
                     else node.arg if isinstance(node, ast.keyword) and node.arg else "")
             if re.search(r"(?<![A-Za-z_])TRACETUI_[A-Z]", text):
                 named.append(f"{path.relative_to(ROOT)}:{node.lineno if hasattr(node, 'lineno') else '?'}: {text[:60]!r}")
-    assert not named, "name these through tracetui.envvars:\n" + "\n".join(named)
+    assert not named, "name these through tracetui.core.envvars:\n" + "\n".join(named)
 
 
 @settings(max_examples=150, deadline=None)
 @given(text=st.text(alphabet="[]{}\"'#\n =a1,.\\", max_size=200))
 def test_toml_depth_never_raises_and_bounds_the_parser(text):
-    from tracetui.config import MAX_TOML_DEPTH, toml_depth
+    from tracetui.core.config import MAX_TOML_DEPTH, toml_depth
 
     depth = toml_depth(text)
     assert depth >= 0
@@ -408,7 +408,7 @@ ZEROS = "1" + "0" * 400
     (["--splits", "\u00b2x2"], "is not MICROxACCUM"),
 ])
 def test_values_that_failed_late_are_refused_up_front(capsys, tmp_path, argv, needle):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     code = main(["--dry-run", "--runs-dir", str(tmp_path), *argv])
     err = capsys.readouterr().err
@@ -417,7 +417,7 @@ def test_values_that_failed_late_are_refused_up_front(capsys, tmp_path, argv, ne
 
 @pytest.mark.parametrize("sub", [["show", "x.jsonl"], ["watch"], ["run", "--", "true"]])
 def test_project_steps_is_bounded_in_every_subcommand(capsys, sub):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     argv = [*sub[:-2], "--project-steps", ZEROS, *sub[-2:]] if "--" in sub else [*sub, "--project-steps", ZEROS]
     code = main(argv)
@@ -426,7 +426,7 @@ def test_project_steps_is_bounded_in_every_subcommand(capsys, sub):
 
 
 def test_a_toml_value_nested_600_deep_is_one_line(capsys, tmp_path):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     cfg = tmp_path / "deep.toml"
     cfg.write_text("[sweep]\nsteps = " + "[" * 600 + "1" + "]" * 600 + "\n")
@@ -444,7 +444,7 @@ def test_a_toml_value_nested_600_deep_is_one_line(capsys, tmp_path):
     ({"TRACETUI_UNTIL_CONFIDENT": "5"}, "TRACETUI_UNTIL_CONFIDENT: '5' is not PCT:MIN_STEPS"),
 ])
 def test_a_bad_environment_variable_is_one_line_before_anything_runs(capsys, monkeypatch, tmp_path, env, needle):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -455,7 +455,8 @@ def test_a_bad_environment_variable_is_one_line_before_anything_runs(capsys, mon
 
 
 def test_the_callback_says_a_bad_variable_once_and_trains_on(monkeypatch, capfd):
-    from tracetui import attach, envvars
+    from tracetui.callbacks import attach
+    from tracetui.core import envvars
 
     monkeypatch.setenv("TRACETUI_UNTIL_CONFIDENT", "x:y")
     monkeypatch.setenv("TRACETUI_WARMUP", "-1")
@@ -496,7 +497,7 @@ def _with_runs_dir(sub: str, runs) -> list[str]:
 
 @pytest.mark.parametrize("sub", sorted(SUBCOMMANDS))
 def test_runs_dir_that_is_a_file_or_a_loop_is_refused_in_every_subcommand(capsys, tmp_path, sub):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -569,7 +570,7 @@ class _Rows:
 
 
 def test_rows_whose_text_is_not_text_are_counted_and_named():
-    from tracetui.config import ConfigError, SweepConfig
+    from tracetui.core.config import ConfigError, SweepConfig
     from tracetui.runner.sources import check_text_rows
 
     cfg = SweepConfig(dataset="d.jsonl")
@@ -588,7 +589,7 @@ def test_a_data_set_with_a_few_null_and_number_rows_is_refused_as_datasets_reads
     """The real JSON loader (datasets' own, as a sweep's checks run it) on a file with a null and
     a number among its texts: one error naming both rows. (That the checks refuse a data set
     before anything starts, in one line, a real command shows: test_hardening's empty rows.)"""
-    from tracetui.config import ConfigError, SweepConfig
+    from tracetui.core.config import ConfigError, SweepConfig
     from tracetui.runner.sources import load_text_dataset
 
     data = tmp_path / "mixed.jsonl"

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from tracetui.config import ConfigError, SweepConfig, from_mapping, load_toml, validate
-from tracetui.knobs import KNOBS, SHORT, result_changing, script_args
-from tracetui.trial import Trial
+from tracetui.core.config import ConfigError, SweepConfig, from_mapping, load_toml, validate
+from tracetui.core.knobs import KNOBS, SHORT, result_changing, script_args
+from tracetui.core.trial import Trial
 
 from .conftest import busy_marked, read_csv, run_main
 
@@ -184,7 +184,7 @@ def test_a_script_sweep_sets_the_varied_settings_on_the_command_line(tmp_path):
     """``tracetui sweep --vary ... -- python train.py``: each trial's command carries its split and
     its varied values as the flags HfArgumentParser reads; the trial's settings reach the script's
     callback through the environment (its run_started names the trial)."""
-    from tracetui.plan import RunSpec
+    from tracetui.planning.plan import RunSpec
     from tracetui.runner.script import ScriptSweep
 
     cfg = from_mapping({"splits": "2x1", "effective_batch": 2, "runs_dir": str(tmp_path),
@@ -210,7 +210,7 @@ def test_compile_time_is_apart_from_the_step_and_charged_in_the_projection():
     """With torch.compile varied on, the first (warm-up) step compiles: what it took beyond an
     ordinary step is compile_s, not in the step column, and in the projected full run."""
     from tracetui.analysis import Results, summarise
-    from tracetui.events import make
+    from tracetui.events.schema import make
 
     events = []
     for compiled, first in ((False, 130.0), (True, 9130.0)):

@@ -1,4 +1,4 @@
-"""The launcher seam (tracetui.runner.launch): how a trial's split and settings reach each kind of
+"""The launcher seam (tracetui.launch.dialects): how a trial's split and settings reach each kind of
 command (flags after the script, world size from the launcher, a per-trial copy of a config-file
 trainer's YAML), and which commands start forked from tracetui's server."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracetui.config import ConfigError
-from tracetui.runner.launch import DROPPED, ConfigFile, Flags, fork_target, launcher_for, world_size
-from tracetui.runner.yaml_edit import ADDED, edit
-from tracetui.trial import Trial
+from tracetui.core.config import ConfigError
+from tracetui.launch.dialects import DROPPED, ConfigFile, Flags, fork_target, launcher_for, world_size
+from tracetui.launch.yaml_edit import ADDED, edit
+from tracetui.core.trial import Trial
 
 AXOLOTL = """\
 base_model: ./model   # a local folder
@@ -184,7 +184,7 @@ def test_console_scripts_fork_only_from_this_environment(tmp_path):
 
 
 def test_sweep_dry_run_shows_each_copy_and_writes_nothing(tmp_path, capsys):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
 
     (tmp_path / "cfg.yml").write_text(AXOLOTL)
     axolotl = _program(tmp_path / "bin", "axolotl")
@@ -276,8 +276,8 @@ def test_a_forked_run_has_what_the_command_would_have_had(forked_and_fresh):
 def test_a_config_trainers_recommendation_is_its_own_config_with_the_keys(tmp_path):
     """The handoff of an axolotl sweep: the keys said in one line, and --emit-config writes the
     user's config (comments kept) with them, which the trainer's own command then takes."""
-    from tracetui.config import SweepConfig
-    from tracetui.emit import winning_line, write_config
+    from tracetui.core.config import SweepConfig
+    from tracetui.outputs.emit import winning_line, write_config
 
     (tmp_path / "cfg.yml").write_text(AXOLOTL)
     cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
@@ -390,8 +390,8 @@ def test_a_copy_changes_only_the_planned_lines_and_writes_an_alias_of_a_changed_
     value in place (anchor and comment kept) and writes eval_batch_size out as the 2 it was, so
     that the run differs from the user's file in its split alone, and says so; every other line is
     the user's, byte for byte. The recommendation's file (--emit-config) is made the same way."""
-    from tracetui.config import SweepConfig
-    from tracetui.emit import write_config
+    from tracetui.core.config import SweepConfig
+    from tracetui.outputs.emit import write_config
 
     (tmp_path / "cfg.yml").write_text(ANCHORED)
     cmd = ["axolotl", "train", str(tmp_path / "cfg.yml")]
@@ -478,7 +478,7 @@ def _rows(varied: bool) -> list[dict]:
     """Summary rows of a sweep of 1x4 and 4x1 (with checkpointing on, when ``varied``), on
     synthetic steps: 4x1 the faster, clearly."""
     from tracetui.analysis import Results, summarise
-    from tracetui.events import make
+    from tracetui.events.schema import make
 
     events = []
     for mb, ga, per in ((1, 4, 40.0), (4, 1, 17.0)):
@@ -504,7 +504,7 @@ def test_a_config_trainers_recommendation_speaks_its_own_keys(tmp_path, trainer,
     """LLaMA-Factory turns checkpointing off with disable_gradient_checkpointing (its
     gradient_checkpointing, a TrainingArguments field, leaves its own on); axolotl's split is
     micro_batch_size. Where the config's own effective batch differs, the recommendation says so."""
-    from tracetui.outputs import Outputs
+    from tracetui.outputs.writer import Outputs
 
     (tmp_path / name).write_text(LLAMA_FACTORY if name == "lf.yaml" else AXOLOTL)
     cmd = [trainer, "train", str(tmp_path / name)]

@@ -46,7 +46,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path], where: str = "anyw
 def test_no_import_circle():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert graph["tracetui.cli"] and graph["tracetui.runner.sweep"]  # the reading sees imports
+    assert graph["tracetui.cli.main"] and graph["tracetui.runner.sweep"]  # the reading sees imports
     state: dict[str, int] = {}  # 1: on the path being walked, 2: done
 
     def walk(node: str, path: list[str]) -> None:
@@ -62,34 +62,31 @@ def test_no_import_circle():
             walk(name, [])
 
 
-#: The layers, lowest first, along the data flow: what the user declares (the domain), the events
-#: every part speaks, the analysis of events, the probe that measures in a trial, the planners
-#: that choose the next trial, the callbacks and injection that carry events out of a user's
-#: process, the runner that starts and watches trials, the outputs, the session shared by the
-#: entry points, the monitor, and the entry points. A module may import its own layer and the
-#: layers below it, never one above (at its top or inside a function).
-LAYERS = (
-    ("domain", ("trial", "knobs", "accepted", "presets", "phases", "config", "envvars", "clock", "columns", "busy", "text", "paths", "flops",
-                "bounded")),
-    ("events", ("events", "store", "wire")),
-    ("analysis", ("analysis",)),
-    ("probe", ("probe",)),
-    ("planners", ("plan", "search")),
-    ("callbacks", ("attach", "inject")),
-    ("runner", ("runner",)),
-    ("outputs", ("export", "emit", "script_patch", "outputs")),
-    ("session", ("session",)),
-    ("monitor", ("tui",)),
-    ("entry points", ("cli", "commands", "__main__", "")),  # "": the package itself
-)
+#: The layers, lowest first, along the data flow; a module's layer is its folder: what the user
+#: declares (the domain core), the events every part speaks, the analysis of events, the probe
+#: that measures in a trial, the planners that choose the next trial, the callbacks and injection
+#: that carry events out of a user's process, the launch dialects (how a trial becomes a command
+#: or a config file: pure, no processes), the runner that starts and watches trials, the outputs,
+#: the session shared by the entry points and the monitor, the monitor, and the entry points. A
+#: module may import its own folder and the folders below it, never one above (at its top or
+#: inside a function).
+LAYERS = ("core", "events", "analysis", "probe", "planning", "callbacks", "inject", "launch", "runner", "outputs",
+          "session", "tui", "cli")
+#: the package's own files outside the folders, in the entry points' layer
+TOP = {"tracetui": "the package (its lazy ``TraceCallback``)", "tracetui.__main__": "``python -m tracetui``"}
 
 
 def _layer(module: str) -> int:
-    rest = module.split(".", 1)[1] if "." in module else ""
-    for i, (_, names) in enumerate(LAYERS):
-        if any(rest == n or (n and rest.startswith(n + ".")) for n in names):
-            return i
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+    if module in TOP:
+        return LAYERS.index("cli")
+    folder = module.split(".")[1]
+    assert folder in LAYERS, f"{module} is in no layer's folder: move it into one of {LAYERS}"
+    return LAYERS.index(folder)
+
+
+def test_every_module_lives_in_a_layer_folder():
+    loose = [m for m in _modules() if m.count(".") == 1 and m not in TOP and m.split(".")[1] not in LAYERS]
+    assert not loose, f"modules outside the layer folders: {loose}"
 
 
 def test_imports_go_down_the_layers_only():
@@ -98,13 +95,13 @@ def test_imports_go_down_the_layers_only():
     for name, path in sorted(modules.items()):
         for dep in sorted(_imports(name, path, modules)):
             if _layer(dep) > _layer(name):
-                wrong.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})")
+                wrong.append(f"{name} imports {dep}, a folder above its own")
     assert not wrong, "\n".join(wrong)
 
 
 def test_help_imports_nothing_heavy():
     code = ("import sys, contextlib, io\n"
-            "from tracetui.cli import main\n"
+            "from tracetui.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'textual') if m in sys.modules))")
@@ -121,12 +118,12 @@ HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "textual")
 #: imports of the package's own modules inside functions for another reason, each said
 LAZY_FOR_A_REASON = {
     # ``tracetui.TraceCallback`` is built on first use: its class derives from transformers'
-    ("tracetui", "tracetui.attach"),
+    ("tracetui", "tracetui.callbacks.attach"),
     # in the user's interpreter from its start: tracetui comes in only once transformers does
-    ("tracetui.inject.sitecustomize", "tracetui.attach"),
+    ("tracetui.inject.sitecustomize", "tracetui.callbacks.attach"),
     ("tracetui.inject.sitecustomize", "tracetui.probe.apply"),
     # the refusals of --emit-patch before anything is parsed further (to be moved to the top)
-    ("tracetui.cli", "tracetui.emit"), ("tracetui.cli", "tracetui.session"), ("tracetui.cli", "tracetui.text"),
+    ("tracetui.cli.main", "tracetui.outputs.emit"), ("tracetui.cli.main", "tracetui.session.main"), ("tracetui.cli.main", "tracetui.core.text"),
 }
 
 
@@ -150,7 +147,7 @@ def test_imports_inside_functions_are_of_heavy_modules_only():
 
 def test_a_headless_command_imports_no_textual(tmp_path):
     """``tracetui run --export`` of a command: the monitor's library is never imported."""
-    code = ("import sys\nfrom tracetui.cli import main\n"
+    code = ("import sys\nfrom tracetui.cli.main import main\n"
             f"rc = main(['run', '--export', 'csv', '-o', {str(tmp_path / 'o.csv')!r}, '--runs-dir', "
             f"{str(tmp_path / 'runs')!r}, '--', sys.executable, '-c', 'pass'])\n"
             "print(rc, 'textual' in sys.modules)")

@@ -23,7 +23,7 @@ from queue import Empty
 
 import pytest
 
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import ROOT, held_import, kill_left, outcome, read_csv, scenarios, wait_until
 
@@ -122,7 +122,7 @@ def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(same_outp
     assert first.returncode == -signal.SIGKILL
     assert got["worker_went"], "the worker outlived its killed sweep by more than 5 s"
     # the lock went with the process: the path is free again, though the lock file stayed
-    from tracetui.session import lock_output, release_outputs
+    from tracetui.session.main import lock_output, release_outputs
 
     lock_output(str(out), "--output")
     release_outputs()
@@ -399,9 +399,9 @@ def test_sigterm_while_the_worker_sets_up_is_interrupted_not_a_traceback(tmp_pat
     opening it waits, and the signal lands there every time."""
     import multiprocessing as mp
 
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.runner import worker
-    from tracetui.trial import Trial
+    from tracetui.core.trial import Trial
 
     log = tmp_path / "log"
     os.mkfifo(log)
@@ -566,7 +566,7 @@ def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_sig
 
     code = textwrap.dedent(f"""
         import threading
-        from tracetui.events import make
+        from tracetui.events.schema import make
         from tracetui.tui.app import TraceApp
         from tracetui.tui.launchers import end_if_stuck
         from tracetui.tui.sources import ReplaySource
@@ -626,7 +626,7 @@ def test_a_stop_signal_that_interrupts_the_holder_of_a_lock_stop_needs_does_not_
     with py-spy). Here the main thread holds the lock ``stop`` takes when the signals come."""
     code = textwrap.dedent("""
         import os, signal, threading, time
-        from tracetui.session import StopSignals
+        from tracetui.session.main import StopSignals
 
         lock, asked, stopped = threading.Lock(), threading.Event(), threading.Event()
 
@@ -653,7 +653,7 @@ def test_a_stop_signal_that_interrupts_the_holder_of_a_lock_stop_needs_does_not_
 
 def test_a_released_stop_signal_watcher_stops_nothing():
     """No signal came: releasing ends the stopper's wait without calling ``stop``."""
-    from tracetui.session import StopSignals
+    from tracetui.session.main import StopSignals
 
     calls = []
     before = signal.getsignal(signal.SIGTERM)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Results, summarise
-from tracetui.events import parse_line
+from tracetui.events.schema import parse_line
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import MemoryChart, memory_points

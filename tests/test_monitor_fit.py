@@ -18,7 +18,7 @@ from tracetui.tui.app import HelpScreen, TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import (MORE, DetailPane, Failures, GpuStatus, RunLabel, RunList, StatusLine, SummaryTable, Timeline,
                                   Verdict, fit_run_labels)
-from tracetui.trial import Trial
+from tracetui.core.trial import Trial
 
 from .conftest import pilot_until
 from .test_monitor_layout import ROOT, SIZES, drive, load, screen_text

@@ -13,12 +13,12 @@ import pytest
 from rich.console import Console
 
 from tracetui.analysis import Results, diagnose, summarise
-from tracetui.cli import main
-from tracetui.outputs import default_output
-from tracetui.session import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, exit_status
-from tracetui.events import make, parse_line
-from tracetui.store import read_events
-from tracetui.trial import Trial
+from tracetui.cli.main import main
+from tracetui.outputs.writer import default_output
+from tracetui.session.main import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, exit_status
+from tracetui.events.schema import make, parse_line
+from tracetui.events.log import read_events
+from tracetui.core.trial import Trial
 from tracetui.tui.app import HelpScreen, TraceApp
 from tracetui.tui.launchers import monitor_exit, watch_idle
 from tracetui.tui.sources import ReplaySource

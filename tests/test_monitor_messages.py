@@ -5,7 +5,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 from tracetui.tui import app as app_mod
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import Inbox, Source, SweepSource

@@ -3,9 +3,9 @@ lanes scheduled over a fake device list (no GPU here)."""
 
 import pytest
 
-from tracetui.config import SweepConfig, validate
+from tracetui.core.config import SweepConfig, validate
 from tracetui.runner.sweep import Sweep
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import kill_left, read_csv, run_main
 
@@ -70,7 +70,7 @@ def test_parallel_lanes_on_a_fake_device_list(tmp_path):
 
 
 def test_gpus_refused_without_gpus(capsys):
-    from tracetui.cli import main
+    from tracetui.cli.main import main
     from tracetui.runner.preflight import gpu_count
 
     if gpu_count() > 0:
@@ -128,7 +128,7 @@ def _shard_and_read_back(rank: int, world: int, init: str, out: str) -> None:
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
 
-    from tracetui.presets import build_config
+    from tracetui.core.presets import build_config
     from tracetui.probe.settings import read_back
 
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.config import SweepConfig, validate
+from tracetui.core.config import SweepConfig, validate
 from tracetui.runner.script import ScriptSweep
 from tracetui.runner.sweep import Sweep
 

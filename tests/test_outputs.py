@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Policy, Results, recommendation, summarise, verdict
-from tracetui.outputs import Outputs
-from tracetui.store import read_events
+from tracetui.outputs.writer import Outputs
+from tracetui.events.log import read_events
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import Verdict
@@ -291,7 +291,7 @@ def test_the_probe_adds_nothing_that_can_shadow_the_users_modules(tmp_path):
     ours = [p for p in env["PYTHONPATH"].split(os.pathsep) if p not in users]
     names = {n for p in ours for n in os.listdir(p)} - {"__pycache__", "__init__.py"}
     assert names == {"sitecustomize.py", "tracetui"}, names
-    code = "import tracetui.attach, sitecustomize; print(tracetui.__file__)"
+    code = "import tracetui.callbacks.attach, sitecustomize; print(tracetui.__file__)"
     done = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=env["PYTHONPATH"]), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -10,11 +10,11 @@ import pytest
 
 from tracetui.analysis import (Policy, Results, StopRule, paired_log_ratios, recommendation, settle_interval,
                                settled, summarise, verdict)
-from tracetui.events import make, validate
-from tracetui.plan import Measured, RunSpec, TrialResult
-from tracetui.search import SearchPlanner
-from tracetui.store import read_events
-from tracetui.trial import Trial
+from tracetui.events.schema import make, validate
+from tracetui.planning.plan import Measured, RunSpec, TrialResult
+from tracetui.planning.search import SearchPlanner
+from tracetui.events.log import read_events
+from tracetui.core.trial import Trial
 
 DATA = Path(__file__).parent / "data"
 #: each optimizer step's work, as its rows' lengths make it: steps differ several-fold
@@ -131,7 +131,7 @@ def test_stopping_rule_settles_step_by_step_where_the_steps_pair():
 
 def test_references_carry_the_steps_that_pair():
     """The sweep hands a run its references with the steps of the trials measured before it, when
-    those carry fingerprints (:class:`tracetui.plan.Measured`)."""
+    those carry fingerprints (:class:`tracetui.planning.plan.Measured`)."""
     measured = Measured()
     a, b = Trial(8, 1), Trial(1, 8)
     for t in (a, b):

@@ -1,6 +1,6 @@
 """The handoff for a script that sets its own split: where it sets each recommended value (file and
 line, from its source), and ``--emit-patch FILE``: the change as a unified diff that ``patch -p1``
-applies in the script's folder (:mod:`tracetui.script_patch`). The end-to-end check, a real sweep
+applies in the script's folder (:mod:`tracetui.outputs.script_patch`). The end-to-end check, a real sweep
 of such a script whose patch is applied and the script run alone, is in tests/test_applied.py."""
 
 import ast
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Results
-from tracetui.outputs import Outputs
-from tracetui.script_patch import (ADDED, ASSIGNED, ELSEWHERE, EXPRESSION, KWARGS, LITERAL, find_changes,
+from tracetui.outputs.writer import Outputs
+from tracetui.outputs.script_patch import (ADDED, ASSIGNED, ELSEWHERE, EXPRESSION, KWARGS, LITERAL, find_changes,
                                    recommended_changes)
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import run_main
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.config import ConfigError, SweepConfig
+from tracetui.core.config import ConfigError, SweepConfig
 from tracetui.runner import preflight
 from tracetui.runner.lifetime import forking, trial_context
 
@@ -20,12 +20,12 @@ pytestmark = [pytest.mark.slow,  # each test starts a fork server (its imports: 
 
 
 def _sweep_in_a_process_of_its_own(folder: Path) -> dict:
-    """``tracetui.cli.main`` of a short sweep in a fresh interpreter, which then says whether it
+    """``tracetui.cli.main.main`` of a short sweep in a fresh interpreter, which then says whether it
     holds any of the heavy libraries."""
     script = folder / "run.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        from tracetui.cli import main
+        from tracetui.cli.main import main
 
         if __name__ == "__main__":
             rc = main(["--export", "json", "-o", {str(folder / 's.json')!r}, "--splits", "2x2",
@@ -85,7 +85,7 @@ def _conversion_table_built(conn) -> None:
 
 def test_a_forked_trial_finds_the_work_every_trial_repeats_done_in_the_server():
     """transformers' table of checkpoint conversions is built once in the fork server
-    (tracetui.runner.warm), not in each trial."""
+    (tracetui.runner.startup.warm), not in each trial."""
     cm = pytest.importorskip("transformers.conversion_mapping")
     if not hasattr(cm, "_checkpoint_conversion_mapping_cache"):
         pytest.skip("this transformers keeps no such table")

@@ -79,11 +79,12 @@ def test_a_library_that_cannot_do_without_a_hidden_package_is_imported_after_all
     """))
     script = textwrap.dedent("""
         import json, sys
-        from tracetui.runner import lifetime, optional
+        from tracetui.runner import lifetime
+        from tracetui.runner.startup import optional
         optional.HIDDEN = ("optpkg",)
         optional.hide()
         lifetime.LIBRARIES[:] = ["polite", "needy", "lazy"]
-        import tracetui.runner.libraries  # as the fork server's preload: whatever they raise
+        import tracetui.runner.startup.libraries  # as the fork server's preload: whatever they raise
         failed = [n for n in lifetime.LIBRARIES if n not in sys.modules]
         again = optional.restore(lifetime.LIBRARIES)
         import polite, needy, lazy
@@ -103,7 +104,7 @@ def test_a_library_that_cannot_do_without_a_hidden_package_is_imported_after_all
 def test_asked_to_the_server_imports_the_optional_packages_as_the_libraries_would(tmp_path):
     script = textwrap.dedent("""
         import sys
-        from tracetui.runner import optional
+        from tracetui.runner.startup import optional
         print(optional.marked, "scipy" in sys.modules and sys.modules["scipy"] is None)
     """)
     env = dict(os.environ, TRACETUI_PRELOAD_OPTIONAL="1")
@@ -122,7 +123,7 @@ def _orphaned_server(tmp_path: Path):
         child = subprocess.run([sys.executable, "-c",
             "from tracetui.runner.lifetime import trial_context, server_pid\\n"
             "from tracetui.runner.preflight import validate_deep_forked\\n"
-            "from tracetui.config import SweepConfig\\n"
+            "from tracetui.core.config import SweepConfig\\n"
             "validate_deep_forked(SweepConfig(), trial_context())\\n"  # the server is up and has served
             "print(server_pid())"], capture_output=True, text=True)
         server = int(child.stdout.split()[-1])

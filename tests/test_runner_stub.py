@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from tracetui.analysis import Results
-from tracetui.config import SweepConfig, validate
-from tracetui.outputs import Outputs
+from tracetui.core.config import SweepConfig, validate
+from tracetui.outputs.writer import Outputs
 from tracetui.runner.sweep import Sweep
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import read_csv, run_main
 from .stubs import worker as stub_worker

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import ROOT, cli_args, outcome, read_csv, run_main, scenarios, wait_until
 
@@ -17,7 +17,7 @@ def _save_tiny_model(path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tracetui.presets import build_config
+    from tracetui.core.presets import build_config
     from tracetui.runner.sources import byte_tokenizer
 
     torch.manual_seed(0)
@@ -100,7 +100,7 @@ def test_a_hub_that_cannot_be_reached_is_said_once_and_loads_go_to_the_cache(sce
 def test_the_hub_is_left_alone_where_it_answers_or_the_user_decided(monkeypatch):
     import socket
 
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.runner.preflight import offline_if_hub_unreachable
 
     cfg = SweepConfig(model="nobody/some-model")
@@ -192,7 +192,7 @@ def test_a_hub_reachable_neither_directly_nor_through_the_proxy_sends_loads_to_t
     """Behind an HTTPS proxy that is down, or cannot open a tunnel to the hub, every load waited
     on the hub's retries (about 30 s each): the proxy is now asked for the tunnel itself, beside
     the direct route (here a refused local endpoint stands for the hub)."""
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.runner.preflight import offline_if_hub_unreachable
 
     _no_hub_settings(monkeypatch)
@@ -218,7 +218,7 @@ def test_a_route_that_works_leaves_the_hub_alone(monkeypatch):
     """The proxy opens the tunnel (the direct route refused), or the direct route works (the
     proxy dead: which one the hub's client takes is its own reading of NO_PROXY), or a plain
     HTTP endpoint's proxy takes the connection (no tunnel asked for): nothing changes."""
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.runner.preflight import offline_if_hub_unreachable
 
     cfg = SweepConfig(model="nobody/some-model")
@@ -243,7 +243,7 @@ def test_a_route_that_works_leaves_the_hub_alone(monkeypatch):
 
 
 def test_a_proxy_setting_that_cannot_be_read_is_no_crash(monkeypatch):
-    from tracetui.config import SweepConfig
+    from tracetui.core.config import SweepConfig
     from tracetui.runner.preflight import offline_if_hub_unreachable
 
     _no_hub_settings(monkeypatch)

@@ -4,11 +4,11 @@ sweep with ``--memory-limit``."""
 import pytest
 
 from tracetui.analysis import Results, summarise
-from tracetui.config import SweepConfig, validate
-from tracetui.plan import WAIT, GridPlanner, RunSpec, TrialResult
-from tracetui.search import make_planner
-from tracetui.search import SearchPlanner, wants_search
-from tracetui.trial import Trial
+from tracetui.core.config import SweepConfig, validate
+from tracetui.planning.plan import WAIT, GridPlanner, RunSpec, TrialResult
+from tracetui.planning.search import make_planner
+from tracetui.planning.search import SearchPlanner, wants_search
+from tracetui.core.trial import Trial
 
 from .conftest import cpu_memory_limit
 
@@ -109,7 +109,7 @@ def test_an_oom_bounds_the_search_and_the_line_is_refitted():
 def test_probes_are_short_only_where_every_step_peaks_alike():
     """Rows of one length: the warm-up and three measured steps (or --steps, if fewer). Rows of
     varied lengths, and a user's script (its steps are its own): every step."""
-    from tracetui.search import make_search, probe_length
+    from tracetui.planning.search import make_search, probe_length
 
     assert probe_length(SweepConfig(steps=20, warmup=3)) == 6
     assert probe_length(SweepConfig(steps=4, warmup=3)) == 4

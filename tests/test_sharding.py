@@ -4,7 +4,7 @@ cannot be told apart, and the sharding setting's checks before anything starts."
 import pytest
 
 from tracetui.analysis import recommendation
-from tracetui.cli import main
+from tracetui.cli.main import main
 
 
 def _row(trial, median, lo, hi, **kw):
@@ -42,7 +42,7 @@ def test_monitor_shows_per_rank_memory_and_traffic_of_an_h200_fsdp_trial():
     import re
     from pathlib import Path
 
-    from tracetui.events import parse_line
+    from tracetui.events.schema import parse_line
     from tracetui.tui.app import TraceApp
     from tracetui.tui.sources import ReplaySource
     from tracetui.tui.widgets import DetailPane, RunList
@@ -91,9 +91,9 @@ def test_emitted_config_of_a_sharded_recommendation(tmp_path):
     import yaml
 
     from tracetui.analysis import Results, summarise
-    from tracetui.config import SweepConfig
-    from tracetui.emit import write_trl_config
-    from tracetui.events import parse_line
+    from tracetui.core.config import SweepConfig
+    from tracetui.outputs.emit import write_trl_config
+    from tracetui.events.schema import parse_line
 
     log = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200x2_fsdp" / "fit_events.jsonl.gz"
     with gzip.open(log, "rt", encoding="utf-8") as fh:

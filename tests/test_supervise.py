@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from tracetui.events import make
-from tracetui.plan import RunSpec
+from tracetui.events.schema import make
+from tracetui.planning.plan import RunSpec
 from tracetui.runner import supervise as sup
 from tracetui.runner.lifetime import process_gone
-from tracetui.trial import Trial
+from tracetui.core.trial import Trial
 
 from .conftest import wait_until
 

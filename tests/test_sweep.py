@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tracetui.analysis import Results
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 
 from .conftest import read_csv
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Results, time_line, time_spent
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
 from tracetui.tui.widgets import DetailPane, start_words

@@ -11,9 +11,9 @@ import pytest
 
 from tracetui.analysis import (MIN_INTERVAL_STEPS, Results, median, ratio_ci, t975, t_quantile,
                                recommendation, scope_note, summarise, verdict)
-from tracetui.config import SweepConfig
-from tracetui.events import make
-from tracetui.busy import judge
+from tracetui.core.config import SweepConfig
+from tracetui.events.schema import make
+from tracetui.core.busy import judge
 from tracetui.probe import quiet
 
 from .conftest import outcome, scenarios, wait_until
@@ -76,7 +76,7 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM
 from trl import SFTConfig, SFTTrainer
 from tracetui import TraceCallback
-from tracetui.presets import build_config
+from tracetui.core.presets import build_config
 from tracetui.runner.sources import byte_tokenizer
 args = SFTConfig(output_dir={str(tmp_path / 'out')!r}, per_device_train_batch_size=2, max_steps=3, use_cpu=True,
                  bf16=False, report_to="none", save_strategy="no", disable_tqdm=True, max_length=32, logging_steps=1)
@@ -447,7 +447,7 @@ def test_settings_that_fail_every_run_stop_the_sweep_after_two(tmp_path, warmup)
     """A local model folder with a config but no tokenizer or weights passes the up-front checks
     and then fails in every run: after two identical failures before any step, the rest are not
     run, and one line blames the settings (exit 2), instead of exit 1 after every run."""
-    from tracetui.presets import build_config
+    from tracetui.core.presets import build_config
 
     from .conftest import read_csv, run_main
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Policy, Results, verdict
-from tracetui.config import SweepConfig, validate
-from tracetui.events import make
-from tracetui.outputs import Outputs
+from tracetui.core.config import SweepConfig, validate
+from tracetui.events.schema import make
+from tracetui.outputs.writer import Outputs
 from tracetui.runner.sweep import Sweep
-from tracetui.store import read_events
+from tracetui.events.log import read_events
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource, SweepSource
 from tracetui.tui.widgets import RunList, SummaryTable, Verdict

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.accepted import OPTIMIZERS, SCHEDULERS, SFT_LOSSES, accepted
-from tracetui.config import SweepConfig, output_settings
-from tracetui.events import MAX_STEP_MS, OUT_OF_BOUNDS, make, parse_line
-from tracetui.outputs import Outputs
+from tracetui.core.accepted import OPTIMIZERS, SCHEDULERS, SFT_LOSSES, accepted
+from tracetui.core.config import SweepConfig, output_settings
+from tracetui.events.schema import MAX_STEP_MS, OUT_OF_BOUNDS, make, parse_line
+from tracetui.outputs.writer import Outputs
 from tracetui.runner.sweep import make_log
-from tracetui.store import read_events
-from tracetui.trial import SLUG_CHARS, Trial
-from tracetui.wire import SocketListener
+from tracetui.events.log import read_events
+from tracetui.core.trial import SLUG_CHARS, Trial
+from tracetui.events.wire import SocketListener
 
 from .conftest import CPU_TINY, ROOT, read_csv, run_main, wait_until
 
@@ -149,7 +149,7 @@ def test_a_wait_that_never_ends_after_a_stop_signal_ends_all_the_same(tmp_path):
     backstop's time has passed (shortened here from its 60 s)."""
     code = textwrap.dedent("""
         import os
-        from tracetui.session import StopSignals
+        from tracetui.session.main import StopSignals
 
         r, w = os.pipe()
         signals = StopSignals(stop=lambda: None, backstop_s=0.5)
@@ -205,9 +205,9 @@ def test_a_value_the_library_refuses_is_one_line_listing_what_it_takes(args, sai
 def test_the_attention_kernel_and_the_precision_are_one_list_each_and_refused_with_it(tmp_path):
     """The attention kernels are declared once (the knob's values; --help lists the same), and a
     kernel or a precision not among them, fixed or varied, is one line listing them."""
-    from tracetui.cli import build_parser
-    from tracetui.config import PRECISIONS
-    from tracetui.knobs import KNOBS
+    from tracetui.cli.main import build_parser
+    from tracetui.core.config import PRECISIONS
+    from tracetui.core.knobs import KNOBS
 
     kernels = ", ".join(KNOBS["attn_implementation"].values)
     assert kernels in " ".join(build_parser().format_help().split())
@@ -281,7 +281,7 @@ def test_every_trial_the_checks_let_through_has_an_id_and_label_the_schema_takes
     """The longest trial there can be (each speed setting varied, at its longest value the checks
     take) on the largest split: its run's events are not refused by the schema (its id once grew
     past the 200 characters a run id may have, its label past the 120 a label had)."""
-    from tracetui.knobs import KNOBS, SHORT
+    from tracetui.core.knobs import KNOBS, SHORT
     from tracetui.runner.sweep import new_sweep_id
 
     longest = {}
@@ -376,7 +376,7 @@ def test_a_program_gone_after_the_checks_is_that_runs_failure_in_one_line(tmp_pa
     import queue
     import threading
 
-    from tracetui.plan import RunSpec
+    from tracetui.planning.plan import RunSpec
     from tracetui.runner.supervise import CommandChild, supervise
 
     gone = tmp_path / "train.sh"
@@ -414,7 +414,7 @@ def test_a_data_file_that_is_not_utf8_or_is_empty_is_one_line_naming_it(name, da
 def test_invalid_utf8_is_found_across_the_reads_of_a_large_file(tmp_path):
     """The check reads a megabyte at a time: a character cut by a read's end is no fault, a bad
     byte past the first megabyte is found on its own line."""
-    from tracetui.paths import data_file_problem
+    from tracetui.core.paths import data_file_problem
 
     row = '{"text": "' + "é" * 1000 + '"}\n'
     good = (row * 700).encode()  # 1.4 MB: reads end inside characters
@@ -433,7 +433,7 @@ def test_a_parquet_row_that_is_not_utf8_is_named(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tracetui.config import ConfigError
+    from tracetui.core.config import ConfigError
     from tracetui.runner.sources import load_text_dataset
 
     texts = pa.array([b"fine", b"also fine", b"bad \xff"], type=pa.binary()).cast(pa.string(), safe=False)

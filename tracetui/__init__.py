@@ -9,7 +9,7 @@ __all__ = ["TraceCallback", "__version__"]
 def __getattr__(name: str):
     # Lazy: importing tracetui must not import torch/transformers (fast --help and TUI start).
     if name == "TraceCallback":
-        from .attach import TraceCallback
+        from .callbacks.attach import TraceCallback
 
         return TraceCallback
     raise AttributeError(name)

@@ -10,10 +10,10 @@ measured one), so that when runs ran is seen; the time it reports is the canned 
 import os
 import time
 
-from tracetui.events import RUN_FINISHED, RUN_STARTED, STEP, make
+from tracetui.events.schema import RUN_FINISHED, RUN_STARTED, STEP, make
 from tracetui.runner.sink import QueueSink
 from tracetui.runner.turns import Gate
-from tracetui.trial import Trial
+from tracetui.core.trial import Trial
 
 from .trainer import step_fields
 

@@ -10,7 +10,7 @@
 - :mod:`.timing`: where each sweep's time went;
 - :mod:`.answer`: the verdict and the recommendation in words.
 
-Everything works on the event dicts of :mod:`tracetui.events`, incrementally (the monitor feeds
+Everything works on the event dicts of :mod:`tracetui.events.schema`, incrementally (the monitor feeds
 events as they come) or from a log (``tracetui show``). The names other modules use are
 imported here; each lives in one of the modules above.
 """

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..columns import fmt_duration, fmt_gib
-from ..events import MISMATCH, RUN_FAILED_KINDS
-from ..knobs import KNOBS
-from ..knobs import sft_args as knob_sft_args
+from ..core.columns import fmt_duration, fmt_gib
+from ..events.schema import MISMATCH, RUN_FAILED_KINDS
+from ..core.knobs import KNOBS
+from ..core.knobs import sft_args as knob_sft_args
 from .diagnosis import MEMORY_SHARE
 from .runs import LIVE_STATUSES
 from .stats import MIN_INTERVAL_STEPS
@@ -137,7 +137,7 @@ def recommendation(rows: list[dict], policy: Policy = Policy(), speak: Callable[
     """The fastest trial that fits with at least 10% memory headroom and computes what the
     others do (unless ``allow_result_changes``), per effective batch, with the ``SFTConfig``
     arguments that run it; ``speak``: how the swept trainer says a trial in its own keys instead
-    (a config-file trainer's: :meth:`tracetui.runner.launch.ConfigFile.words`)."""
+    (a config-file trainer's: :meth:`tracetui.launch.dialects.ConfigFile.words`)."""
     return " | ".join(text for _best, text in _recommend(rows, policy, speak))
 
 

@@ -1,5 +1,5 @@
 """The trainer's work between optimizer steps (evaluation, saving a checkpoint, logging:
-:data:`tracetui.phases.BETWEEN`) in a summary row: how many each run did and what they took,
+:data:`tracetui.core.phases.BETWEEN`) in a summary row: how many each run did and what they took,
 none of it in a step, and the part of a projected run they take where the real run does them;
 and a run the trainer ended before its planned steps, with its reason."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..phases import BETWEEN
+from ..core.phases import BETWEEN
 from .runs import RunData
 
 

@@ -8,7 +8,7 @@ import math
 import zlib
 from typing import Iterable
 
-from ..events import RUN_FAILED_KINDS
+from ..events.schema import RUN_FAILED_KINDS
 from .pairing import StepKey, paired_log_ratios
 from .runs import Results, RunData
 from .stats import (bootstrap_medians, enough_for_interval, median, quantile, ratio_ci, simultaneous_t,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..columns import fmt_gib
+from ..core.columns import fmt_gib
 
 #: GPU busy (% of the step) under which a trial is host-bound, and over which it is GPU-bound
 HOST_BOUND_UTIL, GPU_BOUND_UTIL = 45, 85

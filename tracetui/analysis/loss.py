@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..config import KNOB_DEFAULTS
-from ..knobs import fmt, result_changing
+from ..core.config import KNOB_DEFAULTS
+from ..core.knobs import fmt, result_changing
 from .runs import RunData
 
 #: two splits of one effective batch whose loss curves differ anywhere by more than this

@@ -1,17 +1,17 @@
 """Folding events into runs: :class:`RunData` holds what one run (one process, one split)
 reported, :class:`Results` every run of a stream or log, within a memory budget
-(:mod:`tracetui.bounded`). Incremental: the monitor feeds events as they come."""
+(:mod:`tracetui.core.bounded`). Incremental: the monitor feeds events as they come."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
-from ..phases import BETWEEN_NAMES
-from ..events import (AGAIN_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FAILED_KINDS, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE,
-                      RUN_STARTED, STEP, SWEEP, WAITING_STAGE)
-from ..trial import Trial
+from ..core.bounded import MAX_MARKS, MAX_NOTICES, MAX_SWEEPS, MEMORY_BUDGET, NOTICE_CHARS, EvenSample, approx_bytes
+from ..core.phases import BETWEEN_NAMES
+from ..events.schema import (AGAIN_KINDS, GPU, NOTICE, RUN_FAILED, RUN_FAILED_KINDS, RUN_FINISHED, RUN_SETTINGS,
+                             RUN_STAGE, RUN_STARTED, STEP, SWEEP, WAITING_STAGE)
+from ..core.trial import Trial
 
 #: the statuses of a run still measuring (or about to): every other status is how it ended
 LIVE_STATUSES = ("queued", "warming up", "running")
@@ -24,7 +24,7 @@ class RunData:
     run_id: str
     started: dict = field(default_factory=dict)
     #: an even sample of the run's steps and GPU samples once the memory budget thinned them
-    #: (:mod:`tracetui.bounded`); the counts below are of every step reported
+    #: (:mod:`tracetui.core.bounded`); the counts below are of every step reported
     steps: list[dict] = field(default_factory=EvenSample)
     gpu: list[dict] = field(default_factory=EvenSample)
     notices: list[str] = field(default_factory=list)
@@ -43,7 +43,7 @@ class RunData:
     asked_at: float | None = None
     #: what the run last said it was doing before its first step (rank 0's ``run_stage``)
     stage: str = ""
-    #: the trainer's work between steps (:data:`tracetui.phases.BETWEEN`), of every step reported
+    #: the trainer's work between steps (:data:`tracetui.core.phases.BETWEEN`), of every step reported
     #: (rank 0's): kind -> [how many, ms in all]
     between: dict = field(default_factory=dict)
 
@@ -87,7 +87,7 @@ class RunData:
                 + approx_bytes(self.finished) + approx_bytes(self.notices) + len(self.message))
 
     def add(self, event: dict) -> int:
-        """Fold in one event; the bytes its steps or GPU samples grew by (:mod:`tracetui.bounded`)."""
+        """Fold in one event; the bytes its steps or GPU samples grew by (:mod:`tracetui.core.bounded`)."""
         etype = event["type"]
         if etype == RUN_STARTED:
             self.started = event
@@ -136,7 +136,7 @@ class RunData:
 
 class Results:
     """All runs seen so far, in arrival order, within ``budget`` bytes (estimated,
-    :mod:`tracetui.bounded`): past it the longest runs' steps are thinned to an even sample, and
+    :mod:`tracetui.core.bounded`): past it the longest runs' steps are thinned to an even sample, and
     once that cannot free enough, runs that start later are left out (``left_out`` counts their
     events). ``budget=None``: everything kept (``tracetui show --export``: a log read whole)."""
 
@@ -144,7 +144,7 @@ class Results:
         self.runs: dict[str, RunData] = {}
         self.sweep_machines: dict[str, str] = {}
         self.boot_cache: dict[tuple, tuple[int, list[float]]] = {}
-        #: sweep id -> when its own parts happened (``sweep`` events: :mod:`tracetui.clock`)
+        #: sweep id -> when its own parts happened (``sweep`` events: :mod:`tracetui.core.clock`)
         self.sweep_times: dict[str, dict[str, float]] = {}
         self.budget = budget
         #: estimated bytes held, and per run what besides its samples

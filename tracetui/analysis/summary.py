@@ -1,5 +1,5 @@
 """The summary row: one :class:`Row` per split (its runs on one machine pooled), from the runs
-:class:`~.runs.Results` folded, with its columns (:mod:`tracetui.columns`) filled by the
+:class:`~.runs.Results` folded, with its columns (:mod:`tracetui.core.columns`) filled by the
 statistics, the comparison, the loss check and the diagnosis."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import math
 import re
 from typing import Any
 
-from ..busy import gpu_picture, judge
-from ..columns import ROW_KEYS, SETTING_COLUMNS
-from ..config import KNOB_DEFAULTS
-from ..events import AGAIN_KINDS, FAIL_KINDS
-from ..flops import Profile, peak_tflops, profile_of_config, step_work
-from ..knobs import SHORT
-from ..phases import FIELDS
-from ..presets import PRESETS
+from ..core.busy import gpu_picture, judge
+from ..core.columns import ROW_KEYS, SETTING_COLUMNS
+from ..core.config import KNOB_DEFAULTS
+from ..events.schema import AGAIN_KINDS, FAIL_KINDS
+from ..core.flops import Profile, peak_tflops, profile_of_config, step_work
+from ..core.knobs import SHORT
+from ..core.phases import FIELDS
+from ..core.presets import PRESETS
 from .applied import split_applied
 from .between import add_between, row_stop
 from .compare import add_speedups, between_run_spread, cached_boots, run_medians
@@ -26,7 +26,7 @@ from .pairing import step_keys
 from .runs import LIVE_STATUSES, Results, RunData, repeat_mark
 from .stats import enough_for_interval, median, median_ci, quantile, t975
 
-#: how a search's memory probe (:mod:`tracetui.search`) begins its ``why``: a probe measures
+#: how a search's memory probe (:mod:`tracetui.planning.search`) begins its ``why``: a probe measures
 #: memory at one micro-batch per step, outside the effective batches asked for, so it is no row
 PROBE_WHY = "memory probe"
 
@@ -41,7 +41,7 @@ def predicted_text(gib: float) -> str:
 
 
 class Row(dict):
-    """A summary row: a dict whose keys are the ones :mod:`tracetui.columns` declares. Reading
+    """A summary row: a dict whose keys are the ones :mod:`tracetui.core.columns` declares. Reading
     or writing any other key raises ``KeyError`` naming it: a misspelt read
     (``row.get("peak_mem_gb")``) fails the tests that reach it instead of giving None."""
 
@@ -72,14 +72,14 @@ class Row(dict):
 
 def _declared(key: str) -> str:
     if key not in ROW_KEYS:
-        raise KeyError(f"{key!r} is not a summary column: tracetui.columns declares them")
+        raise KeyError(f"{key!r} is not a summary column: tracetui.core.columns declares them")
     return key
 
 
 def summarise(results: Results, project_steps: int | None = None,
               peak_tflops: float | None = None) -> list[dict[str, Any]]:
     """One row per split (runs of the same split on the same machine pooled). ``peak_tflops``:
-    the device's peak to measure MFU against (``--peak-tflops``), in place of :mod:`tracetui.flops`'s
+    the device's peak to measure MFU against (``--peak-tflops``), in place of :mod:`tracetui.core.flops`'s
     table."""
     groups: dict[tuple, list[RunData]] = {}
     for run in results.runs.values():
@@ -372,7 +372,7 @@ def _add_settings(row: dict, runs: list[RunData]) -> None:
 
 
 def _add_work(row: dict, runs: list[RunData], measured: list[dict], peak_override: float | None = None) -> None:
-    """The work each optimizer step did (:mod:`tracetui.flops`: model FLOPs from the model's linear
+    """The work each optimizer step did (:mod:`tracetui.core.flops`: model FLOPs from the model's linear
     layers and the tokens it really processed, padding included; hardware FLOPs with
     checkpointing's recomputation), the FLOP/s achieved at the median step, and MFU against the
     device's dense peak for the precision that ran (``peak_override``, ``--peak-tflops``, first)."""

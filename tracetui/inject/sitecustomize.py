@@ -13,7 +13,7 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: when this interpreter reached the script, and when the script began building its Trainer:
-#: TraceCallback reports them as the run's start stages (tracetui.attach)
+#: TraceCallback reports them as the run's start stages (tracetui.callbacks.attach)
 _TRACETUI_MARKS: dict = {"interpreter": time.time()}
 
 
@@ -117,7 +117,7 @@ def _wrap_init(cls) -> None:
                 self.__dict__.pop("_tracetui_building", None)
         if outer:
             try:
-                from tracetui.attach import TraceCallback
+                from tracetui.callbacks.attach import TraceCallback
 
                 if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
                     self.add_callback(TraceCallback())

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from .. import envvars
+from ..core import envvars
 
 #: how a field reached the trainer: the launcher gave it on the command line (or, as the plan
 #: says, in a config file's copy)

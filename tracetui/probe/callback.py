@@ -15,7 +15,7 @@ for its end. Nothing in torch or the frameworks is patched (the trainer's ``Trai
 given a subclass that notes who stops training: :func:`watch_stops`).
 
 What the trainer does between one step's end and the next step's begin (evaluation, saving a
-checkpoint, logging: :data:`tracetui.phases.BETWEEN`) is its own time, charged to no step: each is
+checkpoint, logging: :data:`tracetui.core.phases.BETWEEN`) is its own time, charged to no step: each is
 ended by its callback event (``on_evaluate``, ``on_save``, ``on_log``), timed from the edge before
 it with the same clock, and carried by the step it followed (``between_ms``); the next step begins
 at the last of them. What is left before the next ``on_step_begin`` (the trainer fetches the
@@ -32,13 +32,13 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback, TrainerControl
 
-from ..events import RUN_SETTINGS, StepRecord, make
-from ..phases import BETWEEN, NAMES, PHASES
+from ..events.schema import RUN_SETTINGS, StepRecord, make
+from ..core.phases import BETWEEN, NAMES, PHASES
 from . import quiet
 from .settings import read_back
 from .timing import Mark, make_clock
 
-#: phase (:mod:`tracetui.phases`) charged with the time *up to* an edge of this label
+#: phase (:mod:`tracetui.core.phases`) charged with the time *up to* an edge of this label
 _PHASE_OF = {
     "step_begin": "data", "fwd_start": "data", "fwd_end": "forward", "bwd_start": "other",
     "bwd_end": "backward", "sub_end": "other", "pre_opt": "optimizer", "opt_end": "optimizer",
@@ -608,7 +608,7 @@ def _setter(frame: Any) -> dict:
 
 
 def between_schedule(args: Any, state: Any, loader: Any = None) -> dict:
-    """When the trainer evaluates, saves and logs between steps (:data:`tracetui.phases.BETWEEN`),
+    """When the trainer evaluates, saves and logs between steps (:data:`tracetui.core.phases.BETWEEN`),
     from its arguments, as :func:`tracetui.analysis.between.occurrences` counts them for a run of
     any length: ``every`` N optimizer steps (``ratio``: a fraction of the run's steps, as
     ``eval_steps=0.25``), from step ``delay``, once more at the end where the trainer does that

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .. import envvars
-from ..events import NOTICE, GpuSample, make
+from ..core import envvars
+from ..events.schema import NOTICE, GpuSample, make
 from .quiet import measuring_root
 
 

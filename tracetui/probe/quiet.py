@@ -15,7 +15,7 @@ import resource
 import time
 from typing import Any
 
-from .. import envvars
+from ..core import envvars
 
 
 def _proc_stat() -> tuple[float, float] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..flops import profile_of_model
+from ..core.flops import profile_of_model
 from .environment import library_versions
 
 def _arg(args: Any, *names: str, default: Any = None) -> Any:
@@ -172,7 +172,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "comm_gib_per_step": comm_gib,
         "comm_pattern": comm_pattern,
         "versions": " / ".join(f"{k} {v}" for k, v in library_versions().items()),
-        # the model's linear layers, for the work each step does (tracetui.flops), and whether fp32
+        # the model's linear layers, for the work each step does (tracetui.core.flops), and whether fp32
         # products ran as TF32 (the peak they are measured against)
         "model_work": _work(model),
         "tf32": _tf32(),

@@ -11,7 +11,7 @@ environment here so that no trial inherits it)."""
 import os
 import warnings
 
-from .. import envvars
+from ..core import envvars
 
 if os.environ.pop(envvars.FORK_SERVER, None):
     from .lifetime import become_subreaper

@@ -18,11 +18,11 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .. import envvars
-from ..events import NOTICE, RUN_STARTED, make
-from ..store import EventLog
-from ..wire import SocketListener, private_socket
-from .launch import launcher_for
+from ..core import envvars
+from ..events.schema import NOTICE, RUN_STARTED, make
+from ..events.log import EventLog
+from ..events.wire import SocketListener, private_socket
+from ..launch.dialects import launcher_for
 from .lifetime import end_run, new_tree, run_processes
 from .runlog import RunOutput
 from .script import probe_env

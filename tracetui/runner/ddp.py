@@ -11,8 +11,8 @@ import argparse
 import json
 import os
 
-from ..attach import TraceCallback
-from ..config import SweepConfig
+from ..callbacks.attach import TraceCallback
+from ..core.config import SweepConfig
 from .preflight import device_kind
 from .worker import build_trainer, cap_memory, resolve_precision
 

@@ -28,7 +28,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from .. import envvars
+from ..core import envvars
 from .lifetime import release_server, set_parent_death_signal
 from .threads import Inherited
 

@@ -5,7 +5,7 @@ Linux it is forked from a *fork server* that imported torch, transformers, TRL a
 (:func:`trial_context`): a trial reaches its first step about a second after it is asked for,
 against 13-18 s for a fresh interpreter on an H200 host. The server never initialises CUDA
 (each trial does its own), and its imported objects are frozen out of the collector's reach
-(:mod:`tracetui.runner.gcfreeze`). In docs/results/h200_start_3 (both ways in one call, in an
+(:mod:`tracetui.runner.startup.gcfreeze`). In docs/results/h200_start_3 (both ways in one call, in an
 order that cancels the host's drift) forked trials stepped as fast as fresh interpreters or
 faster. ``TRACETUI_START=spawn`` starts every trial as a fresh interpreter instead (the only
 way elsewhere than Linux).
@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable
 
-from .. import envvars
+from ..core import envvars
 
 
 # ---- no trial outlives tracetui ---------------------------------------------------------------
@@ -374,13 +374,13 @@ def end_every_run() -> int:
 
 
 
-#: the libraries of :data:`PRELOAD`, imported in this order by :mod:`tracetui.runner.libraries`
+#: the libraries of :data:`PRELOAD`, imported in this order by :mod:`tracetui.runner.startup.libraries`
 LIBRARIES = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
              "trl.trainer.sft_trainer"]
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
-PRELOAD = ["tracetui.runner.gcoff", "tracetui.runner.adopt", "tracetui.runner.metadata", "tracetui.runner.optional", "tracetui.runner.libraries",
+PRELOAD = ["tracetui.runner.startup.gcoff", "tracetui.runner.adopt", "tracetui.runner.startup.metadata", "tracetui.runner.startup.optional", "tracetui.runner.startup.libraries",
            "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
-           "tracetui.runner.warm", "tracetui.runner.gcfreeze"]  # (last: it freezes what the others made)
+           "tracetui.runner.startup.warm", "tracetui.runner.startup.gcfreeze"]  # (last: it freezes what the others made)
 #: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 

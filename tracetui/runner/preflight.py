@@ -1,5 +1,5 @@
 """Checks before anything trains that need heavy imports or the machine (the model's config
-and LoRA targets, the data set, the device), and the GPU count. Above :mod:`tracetui.config`
+and LoRA targets, the data set, the device), and the GPU count. Above :mod:`tracetui.core.config`
 (which checks what needs no import) and the run sources, so neither imports the other."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import os
 import sys
 from typing import Any
 
-from .. import clock
-from ..config import ConfigError, SweepConfig, dataset_kind, model_kind
-from ..presets import build_config
-from ..text import say
+from ..core import clock
+from ..core.config import ConfigError, SweepConfig, dataset_kind, model_kind
+from ..core.presets import build_config
+from ..core.text import say
 from .forkrun import own_output
 from .lifetime import release_server, restart_server_if_gone, server_pid, set_parent_death_signal
 from .sources import load_text_dataset
@@ -298,10 +298,10 @@ def server_marks(times: dict[str, float], since: float) -> dict[str, float]:
 
 def server_times() -> dict[str, float]:
     """In a process forked from the fork server: when the server began and ended its imports
-    (:data:`tracetui.runner.gcoff.STARTED`, :data:`tracetui.runner.gcfreeze.READY`)."""
+    (:data:`tracetui.runner.startup.gcoff.STARTED`, :data:`tracetui.runner.startup.gcfreeze.READY`)."""
     times = {}
-    for key, module, name in (("server", "tracetui.runner.gcoff", "STARTED"),
-                              ("libraries", "tracetui.runner.gcfreeze", "READY")):
+    for key, module, name in (("server", "tracetui.runner.startup.gcoff", "STARTED"),
+                              ("libraries", "tracetui.runner.startup.gcfreeze", "READY")):
         value = getattr(sys.modules.get(module), name, None)
         if isinstance(value, float):
             times[key] = value

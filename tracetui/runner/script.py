@@ -21,18 +21,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from .. import envvars
-from ..accepted import OPTIMIZERS, SCHEDULERS, refusal, valid_list
-from ..config import ConfigError, SweepConfig
-from ..events import make
-from ..knobs import KNOBS, model_args, sft_args
-from ..plan import Planner, RunSpec
-from ..store import EventLog
-from ..trial import Trial
-from ..wire import SocketListener, private_socket
+from ..core import envvars
+from ..core.accepted import OPTIMIZERS, SCHEDULERS, refusal, valid_list
+from ..core.config import ConfigError, SweepConfig
+from ..events.schema import make
+from ..core.knobs import KNOBS, model_args, sft_args
+from ..planning.plan import Planner, RunSpec
+from ..events.log import EventLog
+from ..core.trial import Trial
+from ..events.wire import SocketListener, private_socket
 from . import forkrun
-from .launch import (SPLIT_FLAGS, ForkTarget, TrialCommand, _option, environment_of, fork_target, launcher_for,
-                     script_parts, takes_flags, world_size)
+from ..launch.dialects import (SPLIT_FLAGS, ForkTarget, TrialCommand, _option, environment_of, fork_target,
+                               launcher_for, script_parts, takes_flags, world_size)
 from .lifetime import forking, restart_server_if_gone, server_pid, trial_context
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
@@ -64,7 +64,7 @@ def check_program(cmd: list[str], name: str = "sweep") -> None:
                       "give the training command, e.g. python train.py")
 
 
-#: the trainer's flags whose values its library declares (:mod:`tracetui.accepted`)
+#: the trainer's flags whose values its library declares (:mod:`tracetui.core.accepted`)
 CHECKED_FLAGS = {"optim": OPTIMIZERS, "lr_scheduler_type": SCHEDULERS}
 
 

@@ -13,7 +13,7 @@ import queue as queue_mod
 import threading
 from typing import Any
 
-from ..events import NOTICE, make
+from ..events.schema import NOTICE, make
 
 _STOP = object()
 

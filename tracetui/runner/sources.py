@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
-from ..presets import build_config
+from ..core.config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
+from ..core.presets import build_config
 
 
 def byte_tokenizer():

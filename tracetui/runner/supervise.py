@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import envvars
-from ..events import GPU, MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
-from ..knobs import SHORT
-from ..plan import RunSpec
-from ..trial import Trial
+from ..core import envvars
+from ..events.schema import GPU, MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, make
+from ..core.knobs import SHORT
+from ..planning.plan import RunSpec
+from ..core.trial import Trial
 from .lifetime import (die_with_this_process, end_run, launch, new_tree, process_gone, run_processes, run_tree,
                        start_shielded)
 from .runlog import PassFd, RunOutput

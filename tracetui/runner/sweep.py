@@ -21,14 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from .. import clock
-from ..config import SweepConfig
-from ..events import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
-from ..knobs import KNOBS, SHORT
-from ..plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
-from ..search import card_gib, make_planner
-from ..store import EventLog
-from ..trial import Trial
+from ..core import clock
+from ..core.config import SweepConfig
+from ..events.schema import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
+from ..core.knobs import KNOBS, SHORT
+from ..planning.plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
+from ..planning.search import card_gib, make_planner
+from ..events.log import EventLog
+from ..core.trial import Trial
 from . import worker
 from .lifetime import restart_server_if_gone, server_pid, trial_context
 from .preflight import device_kind

@@ -12,16 +12,17 @@ import sys
 import traceback
 from typing import Any
 
-from .. import envvars
+from ..core import envvars
 from ..analysis import StopRule
-from ..config import KNOB_DEFAULTS, SweepConfig, dataset_kind
-from ..events import RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, WAITING_STAGE, StepRecord, make
-from ..knobs import KNOBS, SHORT, fmt, model_args, sft_args
+from ..core.config import KNOB_DEFAULTS, SweepConfig, dataset_kind
+from ..events.schema import (RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, WAITING_STAGE,
+                             StepRecord, make)
+from ..core.knobs import KNOBS, SHORT, fmt, model_args, sft_args
 from ..probe import quiet
 from ..probe.environment import environment
 from ..probe.gpu import GpuSampler
 from ..probe.settings import read_back
-from ..trial import Trial
+from ..core.trial import Trial
 from .lifetime import release_server, set_parent_death_signal
 from .preflight import device_kind
 from .sink import QueueSink
@@ -313,7 +314,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
                   stages: "Stages | None" = None):
     """The model, the data and a real TRL ``SFTTrainer`` with LoRA, as a user would set it up.
 
-    Every speed setting tracetui owns (:mod:`tracetui.knobs`) is passed explicitly, at its
+    Every speed setting tracetui owns (:mod:`tracetui.core.knobs`) is passed explicitly, at its
     default too: TRL's own defaults differ from transformers' (checkpointing), so a setting left
     unset is not "off". A setting this machine cannot run raises :class:`Unavailable`.
 

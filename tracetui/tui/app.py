@@ -23,10 +23,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from ..analysis import BOUNDS, Results, time_line, time_spent
-from ..outputs import Outputs, output_format
+from ..outputs.writer import Outputs, output_format
 from ..probe.settings import describe
-from ..text import clean, safe_text
-from ..trial import Trial, format_value as fmt_value
+from ..core.text import clean, safe_text
+from ..core.trial import Trial, format_value as fmt_value
 from .sources import Inbox, Source
 from .terminal import hung_up, terminal_fd, terminal_hung_up
 from .widgets import (DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
@@ -135,7 +135,7 @@ class TraceApp(App):
                  planned: list[tuple[str, Trial]] | None = None, subtitle: str = "", note: str = "",
                  project_steps: int | None = None, force: bool = False, idle: str = "",
                  outputs: Outputs | None = None):
-        """``outputs``: what to write, and where (:class:`~tracetui.outputs.Outputs`); without it,
+        """``outputs``: what to write, and where (:class:`~tracetui.outputs.writer.Outputs`); without it,
         a summary at ``out_path`` (in the format its extension says), replaced only if this
         monitor wrote it or ``force``, with ``project_steps``."""
         super().__init__()
@@ -146,7 +146,7 @@ class TraceApp(App):
         self.rows: list[dict] = []
         self.outputs = outputs or Outputs(out_path, output_format(type("ns", (), {"output": out_path})),
                                           force=force, project_steps=project_steps)
-        #: what the last write said (:class:`~tracetui.outputs.Written`): the command's closing lines
+        #: what the last write said (:class:`~tracetui.outputs.writer.Written`): the command's closing lines
         self.written = None
         self.screenshot_dir = screenshot_dir
         self.planned = planned or []
@@ -437,7 +437,7 @@ class TraceApp(App):
         return self.outputs.summary
 
     def write_outputs(self, final: bool = False) -> str | None:
-        """Write the outputs (:class:`~tracetui.outputs.Outputs`: the summary, the steps CSV and,
+        """Write the outputs (:class:`~tracetui.outputs.writer.Outputs`: the summary, the steps CSV and,
         when ``final``, the recommendation's config); an error line, or None. A file already there
         that this monitor did not write is left alone unless it was started with ``--force``."""
         self.written = self.outputs.write(self.results, log_path=None, final=final)

@@ -9,8 +9,8 @@ import collections
 import threading
 from typing import Callable
 
-from ..config import ConfigError
-from ..wire import SocketListener
+from ..core.config import ConfigError
+from ..events.wire import SocketListener
 
 #: events the inbox holds before it drops what arrives (the event log on disk has every one):
 #: a flood faster than the screen drains cannot grow the monitor without bound
@@ -155,7 +155,7 @@ class PreparingSource(SweepSource):
     """A sweep that is built once the checks it needs (the model, the data, the device: seconds
     of library imports in the fork server) have passed, on this source's thread, so that the
     monitor opens at once and says what it waits for. ``build`` returns the sweep, or raises
-    :class:`~tracetui.config.ConfigError` (``error`` then holds its line, and the source is done);
+    :class:`~tracetui.core.config.ConfigError` (``error`` then holds its line, and the source is done);
     ``on_ready(sweep)`` is called once it is built."""
 
     def __init__(self, build, on_ready=None) -> None:
@@ -197,7 +197,7 @@ class PreparingSource(SweepSource):
 
 
 class WatchSource(Source):
-    """Scripts attached through :class:`~tracetui.attach.TraceCallback`, over a socket."""
+    """Scripts attached through :class:`~tracetui.callbacks.attach.TraceCallback`, over a socket."""
 
     live = False
     watching = True

@@ -18,7 +18,7 @@ class Verdict(Clipped):
         """``ended``: the sweep has no more runs to make; until then what the intervals cover is
         not said (a split's second run may be queued still). ``policy``: what the user allowed
         (the same as every other output's); ``speak``: how the swept trainer says a trial in its
-        own keys (:class:`tracetui.outputs.Outputs`)."""
+        own keys (:class:`tracetui.outputs.writer.Outputs`)."""
         line = verdict(rows, policy)
         rec = recommendation(rows, policy, speak)
         note = scope_note(rows) if ended else ""

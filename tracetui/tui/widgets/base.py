@@ -7,7 +7,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.widget import Widget
 
-from ...text import plain, safe_text
+from ...core.text import plain, safe_text
 
 #: how a panel cut to its lines says where to read the rest
 MORE = " … (? shows it whole)"
@@ -70,7 +70,7 @@ class Pane(Widget):
         return Text()
 
     def shown(self, width: int) -> Text:
-        """:meth:`content`, its strings from outside made harmless (:func:`~tracetui.text.safe_text`)."""
+        """:meth:`content`, its strings from outside made harmless (:func:`~tracetui.core.text.safe_text`)."""
         return safe_text(self.content(max(20, width)))
 
     def get_content_height(self, container, viewport, width: int) -> int:
@@ -83,5 +83,5 @@ class Pane(Widget):
 def cell(value) -> Text:
     """A table cell as a Rich ``Text``: a ``str`` given to a ``DataTable`` is read as markup (a
     ``[/]`` in a GPU name or a varied value crashed the monitor), and what it quotes from outside
-    is cleaned (:mod:`tracetui.text`)."""
+    is cleaned (:mod:`tracetui.core.text`)."""
     return safe_text(value) if isinstance(value, Text) else plain(value)

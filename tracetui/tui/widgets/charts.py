@@ -10,8 +10,8 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ...analysis import MEMORY_SHARE, PROBE_WHY, Results, RunData
-from ...phases import PHASES
-from ...text import clean, safe_text
+from ...core.phases import PHASES
+from ...core.text import clean, safe_text
 from .names import row_label, short_machine
 
 

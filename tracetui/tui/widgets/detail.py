@@ -9,9 +9,9 @@ from rich.text import Text
 
 from ...analysis import BOUNDS, MEMORY_SHARE, Results, RunData, step_span
 from ...analysis.between import between_words
-from ...columns import STATUS_STYLE, fmt
-from ...events import FAIL_KINDS
-from ...phases import PHASES
+from ...core.columns import STATUS_STYLE, fmt
+from ...events.schema import FAIL_KINDS
+from ...core.phases import PHASES
 from ...probe.settings import describe
 from .base import Pane
 from .names import group_of, row_label, row_name, row_of
@@ -85,7 +85,7 @@ def _comm_words(row: dict) -> Text:
 
 
 def _work_words(row: dict) -> Text:
-    """The work one step does and how far it is from the device's peak (:mod:`tracetui.flops`)."""
+    """The work one step does and how far it is from the device's peak (:mod:`tracetui.core.flops`)."""
     text = Text()
     if row.get("tflop_per_step") is None:
         return text

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...analysis import Results, RunData, repeat_mark
-from ...events import FAIL_KINDS
-from ...knobs import SHORT
-from ...trial import Trial, format_value
+from ...events.schema import FAIL_KINDS
+from ...core.knobs import SHORT
+from ...core.trial import Trial, format_value
 
 
 def short_machine(name: str | None) -> str:

@@ -10,10 +10,10 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ...analysis import Results, RunData, median
-from ...columns import STATUS_STYLE
-from ...events import FAIL_KINDS
-from ...text import clean, plain
-from ...trial import Trial
+from ...core.columns import STATUS_STYLE
+from ...events.schema import FAIL_KINDS
+from ...core.text import clean, plain
+from ...core.trial import Trial
 from .base import cell
 from .names import RunLabel, fit_run_labels, multi_machine, run_label
 

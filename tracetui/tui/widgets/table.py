@@ -1,4 +1,4 @@
-"""The summary table: every trial side by side, its columns (:mod:`tracetui.columns`) chosen by
+"""The summary table: every trial side by side, its columns (:mod:`tracetui.core.columns`) chosen by
 priority for the width it has."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...columns import MONITOR, STATUS_STYLE, Cell, bound_text, table_context
-from ...phases import FIELDS
-from ...text import plain
+from ...core.columns import MONITOR, STATUS_STYLE, Cell, bound_text, table_context
+from ...core.phases import FIELDS
+from ...core.text import plain
 from .base import cell
 from .names import row_name, short_machine
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from ...analysis import RunData, median
-from ...phases import PHASES
+from ...core.phases import PHASES
 from .base import Pane
 
 

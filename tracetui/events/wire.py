@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import envvars
-from .events import OUT_OF_BOUNDS, dumps, parse_line
-from .text import clean
+from ..core import envvars
+from .schema import OUT_OF_BOUNDS, dumps, parse_line
+from ..core.text import clean
 
 #: the longest line (one event) a listener accepts, in bytes
 MAX_LINE = 64 * 1024

@@ -3,7 +3,7 @@
 Event fields, log lines, socket lines, file names, settings and exception messages can hold
 anything: an escape sequence that clears the screen or retitles the terminal, a carriage return
 that writes over a line, a bidirectional override that reverses what follows, a ``[/]`` that
-Rich would read as markup. Every string bound for stderr (:func:`tracetui.session.say`), stdout,
+Rich would read as markup. Every string bound for stderr (:func:`tracetui.session.main.say`), stdout,
 the monitor's widgets or a CSV cell goes through :func:`clean` (or :func:`safe_text` for a Rich
 ``Text`` already built): each character that is not printable is written as its Python escape
 (``\\x1b``, ``\\n``, ``\\u202e``), so that it is seen and does nothing. Markup is never read:
@@ -81,7 +81,7 @@ def say(line: str) -> None:
     """Write ``line`` to stderr. After an SSH drop stderr is a hung-up terminal (EIO) or a broken
     pipe: the line is lost, never the outputs; stderr then goes to /dev/null, so that its unwritable
     buffer cannot fail the exit either. Whatever it quotes from outside stays one line of plain
-    text (:func:`tracetui.text.clean`)."""
+    text (:func:`tracetui.core.text.clean`)."""
     try:
         sys.stderr.write(clean(line) + "\n")
         sys.stderr.flush()

@@ -13,16 +13,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__, clock, commands
-from .config import ConfigError, add_arguments
-from .config import from_args as config_from_args
-from .envvars import check_environment
-from .plan import dry_run_lines
-from .runner.lifetime import stop_server
-from .runner.script import DdpSweep
-from .search import make_planner
-from .session import (EXIT_INTERRUPTED, EXIT_OK, Parser, UsageError, add_output_args, fail_line, load_config,
-                      run_headless)
+from .. import __version__
+from ..core import clock
+from . import commands
+from ..core.config import ConfigError, add_arguments
+from ..core.config import from_args as config_from_args
+from ..core.envvars import check_environment
+from ..planning.plan import dry_run_lines
+from ..runner.lifetime import stop_server
+from ..runner.script import DdpSweep
+from ..planning.search import make_planner
+from ..session.main import (EXIT_INTERRUPTED, EXIT_OK, Parser, UsageError, add_output_args, fail_line, load_config,
+                            run_headless)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +47,7 @@ def unknown_command(word: str) -> str:
     """The line for ``tracetui WORD ...`` where WORD is no subcommand: the one it is closest to."""
     import difflib
 
-    from .text import clean
+    from ..core.text import clean
 
     near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.6)
     return (f"{clean(word[:40])} is not a command" + (f" (did you mean {near[0]}?)" if near else "")
@@ -56,8 +58,8 @@ def refuse_patch(ns) -> None:
     """``--emit-patch`` given to the built-in sweep (flag or TOML): one line before anything
     starts; a path that is no regular file is said first, as for every output."""
     from_args = config_from_args
-    from .emit import check_patch_target
-    from .session import check_writable
+    from ..outputs.emit import check_patch_target
+    from ..session.main import check_writable
 
     path = from_args(ns).emit_patch
     if path:
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep = DdpSweep(cfg, splits)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
-    from .tui.launchers import run_app
+    from ..tui.launchers import run_app
 
     return run_app(cfg, splits, ns, sweep=sweep, checks_deferred=getattr(ns, "checks_deferred", False))
 

@@ -76,7 +76,7 @@ def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = Non
     value must be strictly beyond (what the libraries that take it accept, or what is
     plausible); ``unit`` and ``example`` go into the one line that refuses a value. ``output``:
     the value is the path of a file tracetui writes, checked as every output is before anything
-    runs (:func:`output_settings`, :func:`tracetui.session.check_outputs`)."""
+    runs (:func:`output_settings`, :func:`tracetui.session.main.check_outputs`)."""
     kind = kind or type(default)
     meta = dict(help=help, kind=kind, flag=flag, negatable=negatable, metavar=metavar, const=const,
                 show_default=show_default, nullable=default is None, append=append, low=low, high=high,
@@ -112,7 +112,7 @@ class SweepConfig:
     precision: str = setting("auto", "auto (bf16 on a GPU that has it, else fp32), bf16, fp16, fp32")
     activation_checkpointing: bool = setting(False, "recompute activations in backward (saves memory; passed "
                                                     "to the trainer both ways)", negatable=True)
-    # Speed settings that leave training the same (tracetui.knobs): each is passed to the trainer
+    # Speed settings that leave training the same (tracetui.core.knobs): each is passed to the trainer
     # explicitly, at its default too, and can be compared with --vary NAME=v1,v2.
     attn_implementation: str = setting("sdpa", "attention kernel: " + ", ".join(KNOBS["attn_implementation"].values))
     liger: bool = setting(False, "Liger's fused kernels (needs liger-kernel and a GPU)", negatable=True)
@@ -234,7 +234,7 @@ class SweepConfig:
 def output_settings() -> list[tuple[str, str]]:
     """``(setting, flag)`` of every setting declared an output (``setting(..., output=True)``):
     each is refused before anything runs where it cannot be written as a whole regular file
-    (:func:`tracetui.session.check_outputs`)."""
+    (:func:`tracetui.session.main.check_outputs`)."""
     return [(f.name, f.metadata["flag"] or "--" + f.name.replace("_", "-")) for f in fields(SweepConfig)
             if f.metadata.get("output")]
 

@@ -80,7 +80,7 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
            fix="unset it (the fork server, on Linux), or set spawn for fresh interpreters"),
     EnvVar(PRELOAD_OPTIONAL, "whether the fork server imports the optional packages", "choice",
            choices=("0", "1"), fix="set 1 to let the fork server import them, or unset it"),
-    # a run id is at most 200 characters (tracetui.events)
+    # a run id is at most 200 characters (tracetui.events.schema)
     EnvVar(RUN_ID, "the run id TraceCallback reports under", max_len=200),
     EnvVar(OWNER_PID, "the tracetui process a trial dies with", "int", low=1, high=2**22,
            by_tracetui=True),

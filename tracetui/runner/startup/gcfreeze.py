@@ -13,7 +13,7 @@ import gc
 import time
 
 from . import optional
-from .lifetime import LIBRARIES
+from ..lifetime import LIBRARIES
 
 optional.restore(LIBRARIES)
 gc.freeze()

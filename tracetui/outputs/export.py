@@ -1,18 +1,18 @@
 """The comparison as CSV or JSON text (one row per split), and every measured step as CSV text.
-Written to files by :mod:`tracetui.outputs`, the one writer."""
+Written to files by :mod:`tracetui.outputs.writer`, the one writer."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Iterable
 
-from .events import dumps
-from .analysis import Results
-from .columns import CSV_KEYS
-from .phases import BETWEEN, FIELDS, PHASES
-from .text import clean
+from ..events.schema import dumps
+from ..analysis import Results
+from ..core.columns import CSV_KEYS
+from ..core.phases import BETWEEN, FIELDS, PHASES
+from ..core.text import clean
 
-#: declared in :mod:`tracetui.columns`, with the monitor's table
+#: declared in :mod:`tracetui.core.columns`, with the monitor's table
 SUMMARY_COLUMNS = list(CSV_KEYS)
 
 #: a phase measured per micro-batch has its step's sum and, in ``<phase>_ms_each``, each value;
@@ -55,7 +55,7 @@ def summary_csv(rows: list[dict]) -> str:
 
 
 def summary_json(rows: list[dict], answer, time: list[dict] | None = None, handoff: dict | None = None) -> str:
-    """The summary as JSON: ``answer`` (:class:`tracetui.outputs.Answer`), the rows, where each
+    """The summary as JSON: ``answer`` (:class:`tracetui.outputs.writer.Answer`), the rows, where each
     sweep's time went (:func:`tracetui.analysis.time_spent`) and ``handoff`` (the recommendation's
     command and config file, and the policy it was given under)."""
     # NaN/Infinity (a loss gone NaN) are written as null: bare NaN is not JSON to most readers.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from .events import dumps, parse_line
+from .schema import dumps, parse_line
 
 #: lines longer than this are not events (and not read into memory whole)
 MAX_LINE = 1 << 20

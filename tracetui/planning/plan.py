@@ -3,7 +3,7 @@
 A sweep asks its planner for the next run (:meth:`Planner.next`) and tells it how each run
 ended (:meth:`Planner.record`, a typed :class:`TrialResult`: status, step times, peak memory).
 The grid planner runs a fixed list (every trial, ``--repeats`` times, interleaved); a search
-planner (:mod:`tracetui.search`) decides as it goes. ``--until-confident`` is a stopping policy
+planner (:mod:`tracetui.planning.search`) decides as it goes. ``--until-confident`` is a stopping policy
 inside each run (:class:`tracetui.analysis.StopRule`), fed with what the planner's earlier runs
 measured (:meth:`Measured.references`).
 
@@ -18,11 +18,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .analysis import SETTLE_Z, enough_for_interval, settle_interval
-from .events import RUN_STAGE, STEP
-from .knobs import SHORT
-from .text import clean
-from .trial import Trial
+from ..analysis import SETTLE_Z, enough_for_interval, settle_interval
+from ..events.schema import RUN_STAGE, STEP
+from ..core.knobs import SHORT
+from ..core.text import clean
+from ..core.trial import Trial
 
 
 @dataclass
@@ -83,7 +83,7 @@ WAIT = "wait"
 
 class Planner(abc.ABC):
     """One interface for deciding what runs next. Subclasses: :class:`GridPlanner`, and the
-    search of :mod:`tracetui.search`."""
+    search of :mod:`tracetui.planning.search`."""
 
     name = "planner"
 

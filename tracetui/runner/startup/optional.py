@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import envvars
+from ...core import envvars
 
 #: packages transformers imports for features no LoRA fine-tune of a causal LM uses
 HIDDEN = ("sklearn", "scipy", "torchvision", "torchaudio")

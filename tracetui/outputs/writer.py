@@ -2,7 +2,7 @@
 TRL config of the recommendation (``--emit-config``), and the lines that close the command.
 
 The monitor, headless runs, ``show``, ``watch``, ``sweep`` and ``run`` all ask for their outputs
-with the same flags (:func:`tracetui.session.add_output_args`) and hand them here, so that each
+with the same flags (:func:`tracetui.session.main.add_output_args`) and hand them here, so that each
 flag means the same in every mode and the answer reads the same wherever it is shown: the
 verdict and the recommendation are computed once per write (:class:`Answer`), under one
 :class:`~tracetui.analysis.Policy` (``--allow-result-changes``, ``--allow-busy``), and the CSV,
@@ -17,14 +17,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
-from .analysis.applied import derived_note
-from .analysis.between import closing_notes
+from ..analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
+from ..analysis.applied import derived_note
+from ..analysis.between import closing_notes
 from .emit import config_trainer, script_changes, script_file, shown_path, winning_command, winning_line, write_config
 from .export import steps_csv, summary_csv, summary_json
-from .paths import OutputRefused, output_file_problem, write_whole
-from .runner.launch import DROPPED
-from .trial import Trial
+from ..core.paths import OutputRefused, output_file_problem, write_whole
+from ..launch.dialects import DROPPED
+from ..core.trial import Trial
 
 
 def output_format(ns) -> str:
@@ -97,7 +97,7 @@ class Outputs:
     writer wrote it before or ``force`` is set; a file is replaced whole (written beside it, then
     renamed), so a reader never sees half of one. Nothing at a path is ever opened: a symbolic
     link, a FIFO, a socket or a device (``/dev/full``) found there is refused, as it was before
-    anything ran (:func:`tracetui.session.check_outputs`). A write that fails (a full disk) is
+    anything ran (:func:`tracetui.session.main.check_outputs`). A write that fails (a full disk) is
     one line among the closing lines, which still give the answer."""
 
     def __init__(self, summary: str, fmt: str = "csv", *, steps: str | None = None, emit_config: str | None = None,
@@ -154,7 +154,7 @@ class Outputs:
     # ---- writing -------------------------------------------------------------------------------
     def refusal(self, path: str) -> str | None:
         """Why ``path`` may not be written by this writer now, or None: anything there but a
-        regular file (:func:`tracetui.paths.output_file_problem`, which opens nothing), or a file
+        regular file (:func:`tracetui.core.paths.output_file_problem`, which opens nothing), or a file
         this writer did not write, unless ``force``."""
         if path == "-":
             return None
@@ -255,7 +255,7 @@ class Outputs:
 
     def _patch(self, answer: Answer, more: str) -> list[str]:
         """Where a swept script sets the recommendation's values itself, and ``--emit-patch``: the
-        change as a unified diff (:mod:`tracetui.script_patch`)."""
+        change as a unified diff (:mod:`tracetui.outputs.script_patch`)."""
         found, why = script_changes(answer.best[0], self.cmd) if answer.best else (None, "")
         lines: list[str] = []
         if found is not None:

@@ -90,7 +90,7 @@ class Profile:
 
 def profile_of_config(config: dict, lora_r: int | None = None, lora_targets: Any = None) -> Profile | None:
     """The profile of a Llama/Qwen-style decoder (q/k/v/o projections, a gated MLP, an output head)
-    from its configuration (a dict, as :data:`tracetui.presets.PRESETS` holds them), with LoRA of
+    from its configuration (a dict, as :data:`tracetui.core.presets.PRESETS` holds them), with LoRA of
     rank ``lora_r`` on ``lora_targets`` (``all-linear``, a comma-separated string or a list of
     names). None for a configuration that is not of that kind."""
     try:

@@ -32,9 +32,9 @@ from typing import Any, Callable
 
 import yaml
 
-from ..config import ConfigError
-from ..knobs import KNOBS, fmt, script_args
-from ..trial import Trial
+from ..core.config import ConfigError
+from ..core.knobs import KNOBS, fmt, script_args
+from ..core.trial import Trial
 from .yaml_edit import EditError, edit
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")

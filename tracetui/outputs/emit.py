@@ -35,14 +35,14 @@ from typing import Any, Collection
 
 import yaml
 
-from .analysis import sft_arguments
-from .config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
-from .knobs import model_args
-from .paths import write_whole
-from .runner.launch import ConfigFile, launcher_for, script_parts
-from .runner.script import run_plan, script_command
+from ..analysis import sft_arguments
+from ..core.config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
+from ..core.knobs import model_args
+from ..core.paths import write_whole
+from ..launch.dialects import ConfigFile, launcher_for, script_parts
+from ..runner.script import run_plan, script_command
 from .script_patch import Found, recommended_changes
-from .trial import Trial
+from ..core.trial import Trial
 
 #: fields renamed between releases, the newest name first: a setting is written under the first
 #: name of its group that the installed release has (transformers 5.2x: ``activation_*``, before:
@@ -351,7 +351,7 @@ def check_patch_target(cmd: list[str] | None) -> None:
 def script_changes(row: dict, cmd: list[str] | None) -> tuple[Found | None, str]:
     """Where a swept script (not a config-file trainer) sets the values of ``row``'s trial (the
     recommendation) that it does not take from its command line, and the edits that set them
-    (:mod:`tracetui.script_patch`), from what its runs read back (``row['settings']``: ``applied``,
+    (:mod:`tracetui.outputs.script_patch`), from what its runs read back (``row['settings']``: ``applied``,
     ``args_origin``). ``(None, why)`` where the script has nothing to change."""
     if not cmd or config_trainer(cmd) is not None:
         return None, "not a swept script"
@@ -396,7 +396,7 @@ def write_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None =
 
 def write_trl_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> list[str]:
     """Write :func:`trl_config`'s file to ``path`` (the notes as comments at its top) and return
-    the notes (see :func:`tracetui.paths.write_whole`)."""
+    the notes (see :func:`tracetui.core.paths.write_whole`)."""
     data, notes = trl_config(row, cfg, cmd, path=path)
     text = "".join(f"# {' '.join(n.splitlines())}\n" for n in notes)
     text += yaml.safe_dump(data, sort_keys=False)

@@ -1,7 +1,7 @@
 """Attach mode: measure an existing TRL/transformers training script.
 
 ``TraceCallback`` is the sweep's probe as a callback for the user's own trainer. It sends the same
-events over a local UNIX socket to ``tracetui watch`` (:mod:`tracetui.wire`: to a JSONL file when
+events over a local UNIX socket to ``tracetui watch`` (:mod:`tracetui.events.wire`: to a JSONL file when
 nothing listens). It never raises into training and never blocks it.
 """
 
@@ -12,15 +12,15 @@ import socket
 import sys
 import time
 
-from . import envvars
-from .analysis import StopRule
-from .events import RUN_FINISHED, RUN_STAGE, RUN_STARTED, make
-from .knobs import SHORT, trained_settings
-from .probe import apply
-from .probe.environment import environment
-from .probe.gpu import GpuSampler, physical_index
-from .trial import Trial
-from .wire import SocketSink, default_socket_path, script_say
+from ..core import envvars
+from ..analysis import StopRule
+from ..events.schema import RUN_FINISHED, RUN_STAGE, RUN_STARTED, make
+from ..core.knobs import SHORT, trained_settings
+from ..probe import apply
+from ..probe.environment import environment
+from ..probe.gpu import GpuSampler, physical_index
+from ..core.trial import Trial
+from ..events.wire import SocketSink, default_socket_path, script_say
 
 
 def _run_id() -> str:
@@ -44,7 +44,7 @@ def _local_rank(args) -> int:
 
 
 def _callback_base():
-    from .probe.callback import Probe
+    from ..probe.callback import Probe
 
     return Probe
 
@@ -131,7 +131,7 @@ def _make_trace_callback():
             sink.close()
 
         def _begin(self, args, state, control, model, optimizer=None, kwargs_loader=None):
-            from .probe.callback import missing_callback_events
+            from ..probe.callback import missing_callback_events
 
             why = missing_callback_events()
             if why:

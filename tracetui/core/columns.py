@@ -195,7 +195,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("paired_steps", help="steps compared one by one against the slowest split (paired comparison)"),
     Column("gpu_util_mean", "GPU%", spec=".0f", unit="%"),
     Column("mfu_pct", "MFU", cell=_mfu, unit="%",
-           help="model FLOPs per second over the GPU's dense peak for the precision that ran (tracetui.flops)"),
+           help="model FLOPs per second over the GPU's dense peak for the precision that ran (tracetui.core.flops)"),
     Column("tflops", "TFLOP/s", spec=".1f", help="model FLOPs per second at the median step, in TFLOP/s"),
     Column("tflop_per_step", spec=".4g", help="model FLOPs of one optimizer step (median), TFLOP: forward and "
                                               "backward for the tokens processed, padding included"),

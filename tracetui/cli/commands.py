@@ -6,24 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import envvars
-from .analysis import Results
-from .config import ConfigError, add_arguments, check_runs_dir, whole_number
-from .emit import check_patch_target
-from .outputs import Outputs
-from .paths import input_file_problem
-from .plan import dry_run_lines
-from .runner.command import CommandRun
-from .runner.launch import launcher_for
-from .runner.script import (ScriptSweep, check_command, check_program, check_script_exists, check_script_values,
-                            check_settings_reach, how_runs_start, start_line)
-from .runner.sweep import new_sweep_id
-from .search import make_planner
-from .session import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_args, check_new, check_outputs,
-                      check_writable, load_config, progress_printer, run_headless, say, write_and_report)
-from .store import EventLog, read_events
-from .text import clean
-from .wire import ListenerError, SocketListener, default_socket_path, socket_origin
+from ..core import envvars
+from ..analysis import Results
+from ..core.config import ConfigError, add_arguments, check_runs_dir, whole_number
+from ..outputs.emit import check_patch_target
+from ..outputs.writer import Outputs
+from ..core.paths import input_file_problem
+from ..planning.plan import dry_run_lines
+from ..runner.command import CommandRun
+from ..launch.dialects import launcher_for
+from ..runner.script import (ScriptSweep, check_command, check_program, check_script_exists, check_script_values,
+                             check_settings_reach, how_runs_start, start_line)
+from ..runner.sweep import new_sweep_id
+from ..planning.search import make_planner
+from ..session.main import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_args, check_new, check_outputs,
+                            check_writable, load_config, progress_printer, run_headless, say, write_and_report)
+from ..events.log import EventLog, read_events
+from ..core.text import clean
+from ..events.wire import ListenerError, SocketListener, default_socket_path, socket_origin
 
 
 def _show_parser() -> Parser:
@@ -36,7 +36,7 @@ def _show_parser() -> Parser:
 
 
 def _check_outputs(ns, default: str | None = None) -> None:
-    """:func:`~tracetui.session.check_outputs` as a usage error; ``default``: the summary's path
+    """:func:`~tracetui.session.main.check_outputs` as a usage error; ``default``: the summary's path
     when no ``-o`` is given (beside the log: refused too if a summary is already there)."""
     try:
         check_outputs(ns)
@@ -51,7 +51,7 @@ def _check_outputs(ns, default: str | None = None) -> None:
 
 
 def _check_runs_dir(ns) -> None:
-    """``--runs-dir`` of ``watch`` and ``run``, as a sweep's (:func:`tracetui.config.check_runs_dir`)."""
+    """``--runs-dir`` of ``watch`` and ``run``, as a sweep's (:func:`tracetui.core.config.check_runs_dir`)."""
 
     try:
         check_runs_dir(ns.runs_dir)
@@ -78,7 +78,7 @@ def show_main(argv: list[str]) -> int:
         say("tracetui: error: no valid events in " + ", ".join(ns.files))
         return EXIT_NONE_OK
     if not ns.export:
-        from .tui.launchers import run_replay
+        from ..tui.launchers import run_replay
 
         return run_replay(report.events, ns, outputs, skipped=report.summary())
     return write_and_report(results, outputs, None)
@@ -106,7 +106,7 @@ def watch_main(argv: list[str]) -> int:
     log = EventLog(Path(ns.runs_dir) / f"watch-{new_sweep_id()}" / "events.jsonl")
     outputs = Outputs.from_args(ns, log.path)
     if not ns.export:
-        from .tui.launchers import run_watch
+        from ..tui.launchers import run_watch
 
         return run_watch(path, log, outputs, origin)
     results = Results()
@@ -144,7 +144,7 @@ def watch_main(argv: list[str]) -> int:
 
 
 def memory_line(results, log_path: str) -> str:
-    """What the summary left out to stay within its memory (:mod:`tracetui.bounded`), in one
+    """What the summary left out to stay within its memory (:mod:`tracetui.core.bounded`), in one
     line, or "": the runs whose steps it took as an even sample, the runs it left out."""
     thinned = results.thinned()
     parts = []
@@ -221,7 +221,7 @@ def run_main(argv: list[str]) -> int:
         raise UsageError(f"--runs-dir: cannot write {ns.runs_dir} ({exc.strerror}); choose a writable folder") from None
     outputs = Outputs.from_args(ns, run.log.path)
     if not ns.export:
-        from .tui.launchers import run_command_app
+        from ..tui.launchers import run_command_app
 
         return run_command_app(run, outputs)
     results = Results()
@@ -278,6 +278,6 @@ def sweep_main(argv: list[str]) -> int:
     sweep = ScriptSweep(cfg, splits, cmd, fresh=ns.fresh)
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
-    from .tui.launchers import run_app
+    from ..tui.launchers import run_app
 
     return run_app(cfg, splits, ns, sweep=sweep)

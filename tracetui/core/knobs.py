@@ -1,6 +1,6 @@
 """The speed settings a sweep can compare (``--vary NAME=v1,v2``), each declared once.
 
-A knob is a sweep setting (a field of :class:`tracetui.config.SweepConfig`, so it can also be
+A knob is a sweep setting (a field of :class:`tracetui.core.config.SweepConfig`, so it can also be
 set for a whole sweep) that leaves what training learns the same, or nearly: the split itself,
 activation checkpointing, the attention kernel, Liger's kernels, ``torch.compile``, padding-free
 batches, the loss's computation, data loading, the optimizer's kernel, and (flagged, never
@@ -60,7 +60,7 @@ class Knob:
     #: (:func:`tracetui.probe.settings.read_back`); None where they do not say
     read: Callable[[dict], Any] = lambda s: None
     #: where the library that takes the value declares what it accepts (None: ``values``, or any):
-    #: checked before anything runs (:func:`tracetui.accepted.refusal`)
+    #: checked before anything runs (:func:`tracetui.core.accepted.refusal`)
     accepts: Declared | None = None
 
     def coerce(self, raw: Any) -> Any:

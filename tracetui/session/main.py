@@ -1,7 +1,7 @@
 """What the entry points share, below them: exit codes, one-line errors, signals that stop a
 sweep, output paths and their locks, loading and checking the config, headless runs and their
-progress, writing the outputs and the exit status. The entry points (:mod:`tracetui.cli`,
-:mod:`tracetui.commands`) parse and dispatch; the monitor (:mod:`tracetui.tui.launchers`) and they
+progress, writing the outputs and the exit status. The entry points (:mod:`tracetui.cli.main`,
+:mod:`tracetui.cli.commands`) parse and dispatch; the monitor (:mod:`tracetui.tui.launchers`) and they
 call this; nothing here imports them.
 """
 
@@ -13,20 +13,20 @@ import signal
 import stat
 from pathlib import Path
 
-from .analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
-from .config import (MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, output_settings, validate,
-                     whole_number)
-from .events import MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
-from .accepted import refusal as accepted_refusal, valid_list
-from .knobs import KNOBS, SHORT
-from .outputs import Outputs
-from .paths import folder_problem, output_file_problem
-from .runner.launch import ConfigFile, environment_of, launcher_for
-from .runner.lifetime import check_start_env, forking, trial_context
-from .runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
-from .runner.sweep import Sweep
-from .text import clean, say
-from .trial import Trial
+from ..analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
+from ..core.config import (MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, output_settings,
+                           validate, whole_number)
+from ..events.schema import MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
+from ..core.accepted import refusal as accepted_refusal, valid_list
+from ..core.knobs import KNOBS, SHORT
+from ..outputs.writer import Outputs
+from ..core.paths import folder_problem, output_file_problem
+from ..launch.dialects import ConfigFile, environment_of, launcher_for
+from ..runner.lifetime import check_start_env, forking, trial_context
+from ..runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
+from ..runner.sweep import Sweep
+from ..core.text import clean, say
+from ..core.trial import Trial
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the sweep ran, but some events could not be written to its log (a full disk): the outputs
@@ -68,7 +68,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the events", answer: bool = False) -> None:
-    """The output flags every mode takes (:mod:`tracetui.outputs` writes them). ``answer``: also
+    """The output flags every mode takes (:mod:`tracetui.outputs.writer` writes them). ``answer``: also
     the flags that decide the answer, for the commands without a sweep's settings (show, watch)."""
     g = p.add_argument_group("output")
     g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
@@ -299,7 +299,7 @@ def check_new(path: str | None, flag: str, force: bool) -> None:
 
 def check_writable(path: str, flag: str) -> None:
     """``path`` as an output of ``flag``: nothing there but a regular file, in a folder that can
-    be written (:func:`tracetui.paths.output_file_problem`); else one line naming the flag."""
+    be written (:func:`tracetui.core.paths.output_file_problem`); else one line naming the flag."""
     if path == "-":
         return
     why = output_file_problem(path)
@@ -315,7 +315,7 @@ def check_writable(path: str, flag: str) -> None:
 
 def output_paths(ns, cfg=None) -> list[tuple[str, str]]:
     """The explicit output paths of a command, with their flags (the defaults are the sweep's own):
-    ``-o``, ``--steps-csv``, and every setting declared an output (:func:`tracetui.config.output_settings`)."""
+    ``-o``, ``--steps-csv``, and every setting declared an output (:func:`tracetui.core.config.output_settings`)."""
     source = cfg if cfg is not None else ns
     given = [(getattr(ns, "output", None), "--output"), (getattr(ns, "steps_csv", None), "--steps-csv")]
     given += [(getattr(source, name, None), flag) for name, flag in output_settings()]
@@ -477,7 +477,7 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
     the same way before its first step (the settings), 128 + the signal when interrupted, 3 when
     events could not be written, 1 when the summary could not be written or no split finished
     (``need_ok``: a sweep; a replay or a watch has nothing to finish) or a run failed in a way
-    nobody planned (crashed, an error, stalled, a mismatch: :data:`~tracetui.events.UNPLANNED_KINDS`;
+    nobody planned (crashed, an error, stalled, a mismatch: :data:`~tracetui.events.schema.UNPLANNED_KINDS`;
     a mismatch in every mode), else 0."""
     if same_failure and not signum:
         return EXIT_USAGE
@@ -497,15 +497,15 @@ def exit_status(rows: list[dict], *, signum: int | None = None, interrupted: boo
 
 
 def report(done) -> None:
-    """Say how a command ends, in every mode (:meth:`tracetui.outputs.Written.closing_lines`):
+    """Say how a command ends, in every mode (:meth:`tracetui.outputs.writer.Written.closing_lines`):
     what was written where, the verdict, the recommendation, and how to run it."""
     for line in done.closing_lines():
         say(f"tracetui: {line}")
 
 
 def write_and_report(results, outputs, log_path: str | None, log=None) -> int:
-    """Write ``outputs`` (:class:`tracetui.outputs.Outputs`), say the answer on stderr; the exit
-    status for it. ``log``: the :class:`~tracetui.store.EventLog` the events went to, if any."""
+    """Write ``outputs`` (:class:`tracetui.outputs.writer.Outputs`), say the answer on stderr; the exit
+    status for it. ``log``: the :class:`~tracetui.events.log.EventLog` the events went to, if any."""
     done = outputs.write(results, log_path=log_path)
     report(done)
     incomplete = log is not None and log.incomplete

@@ -6,7 +6,7 @@ out (:mod:`.optional`) or anything else, would otherwise end the server before i
 trial. What fails here is imported again once the optional packages are back
 (:func:`.optional.restore`), else by each trial, where a failure shows in its log."""
 
-from .lifetime import LIBRARIES
+from ..lifetime import LIBRARIES
 
 for _name in LIBRARIES:
     try:

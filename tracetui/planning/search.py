@@ -1,6 +1,6 @@
 """``--search``: find the fastest split without running every split.
 
-The seed's advice, made a planner (:class:`SearchPlanner`, on :mod:`tracetui.plan`'s seam):
+The seed's advice, made a planner (:class:`SearchPlanner`, on :mod:`tracetui.planning.plan`'s seam):
 
 1. **Learn memory first, cheaply.** Peak memory at a fixed sequence length is close to affine in
    the micro-batch. Two *memory probes*, the two smallest micro-batches at one micro-batch per
@@ -33,7 +33,7 @@ The seed's advice, made a planner (:class:`SearchPlanner`, on :mod:`tracetui.pla
 Every trial of the grid ends in the table: run, or ``skipped`` with the reason (``predicted N GiB >
 limit M GiB``, ``above micro-batch 8, which ran out of memory``, ``slower than ...``).
 With ``--until-confident`` a run stops early once its interval is clear of the runs before it
-(:meth:`tracetui.plan.Measured.references`): the first run is the likely best, so later ones stop
+(:meth:`tracetui.planning.plan.Measured.references`): the first run is the likely best, so later ones stop
 as soon as they are clearly slower.
 """
 
@@ -42,14 +42,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .analysis import (MEMORY_SHARE, PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios,
-                       predicted_text, settle_interval)
-from .columns import fmt_gib
-from .knobs import SHORT
+from ..analysis import (MEMORY_SHARE, PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios,
+                        predicted_text, settle_interval)
+from ..core.columns import fmt_gib
+from ..core.knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
-from .probe.gpu import physical_index
-from .text import say
-from .trial import Trial
+from ..probe.gpu import physical_index
+from ..core.text import say
+from ..core.trial import Trial
 
 #: share of the memory bound a predicted peak may take (the recommendation's headroom)
 HEADROOM = MEMORY_SHARE
@@ -450,7 +450,7 @@ def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:
 
 
 def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
-    """The planner ``cfg`` asks for: ``--search`` (:mod:`tracetui.search`), also the default
+    """The planner ``cfg`` asks for: ``--search`` (:mod:`tracetui.planning.search`), also the default
     above a handful of runs (saying so once, on stderr), or the grid (``--grid``).
     ``short_runs``: whether the sweep can run a trial for fewer steps than ``--steps`` (not a
     user's script, whose steps are its own)."""

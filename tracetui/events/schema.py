@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .phases import BETWEEN_NAMES, NAMES, PHASES
+from ..core.phases import BETWEEN_NAMES, NAMES, PHASES
 
 #: the phases a step record may carry (checked once a step, as its event is made)
 PHASE_NAMES = frozenset(NAMES)
@@ -35,7 +35,7 @@ RUN_SETTINGS = "run_settings"
 RUN_STAGE = "run_stage"
 #: the stage of a run that is built and waits for its turn (a head start, :mod:`tracetui.runner.turns`)
 WAITING_STAGE = "built, waiting for its turn"
-#: when the sweep's own parts happened (``times``: name -> unix seconds, :mod:`tracetui.clock`);
+#: when the sweep's own parts happened (``times``: name -> unix seconds, :mod:`tracetui.core.clock`);
 #: its ``run_id`` is the sweep's id. Sent as the sweep starts, and with its end as it ends
 SWEEP = "sweep"
 
@@ -103,7 +103,7 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         # included), the positions the loss scored, and the query-key pairs attention spanned
         "fingerprint": (str,), "micro_shapes": (SHAPES,), "scored_tokens": (int, _NONE),
         "token_pairs": (int, _NONE),
-        # the trainer's own work after the step, before the next (tracetui.phases.BETWEEN): kind -> ms each
+        # the trainer's own work after the step, before the next (tracetui.core.phases.BETWEEN): kind -> ms each
         "between_ms": (OBJ,),
     },
     GPU: {
@@ -370,7 +370,7 @@ def make(etype: str, run_id: str, **payload: Any) -> dict:
 class StepRecord:
     """Timings of one optimizer step.
 
-    ``phases``: ms per phase name (:data:`tracetui.phases.PHASES`), a list of one value per
+    ``phases``: ms per phase name (:data:`tracetui.core.phases.PHASES`), a list of one value per
     micro-batch (gradient-accumulation step) for a phase that is ``per_micro`` (forward,
     backward), so the cost of each micro-batch stays visible; in the event each is the field
     ``<name>_ms``, an absent phase 0 (or no micro-batch). The phases add up to ``wall_ms``:

@@ -90,7 +90,7 @@ def main() -> None:
 
         def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
             self.read = {"checkpointing": bool(getattr(model, "is_gradient_checkpointing", None)),
-                         "attn": model.config._attn_implementation,
+                         "attn": model.config._attn_implementation,  # noqa: SLF001 - the kernel in use (a plain run: no tracetui)
                          "optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__,
                          "liger": bool(args.use_liger_kernel),
                          "bf16": args.bf16,

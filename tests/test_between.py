@@ -6,7 +6,6 @@ the summary, the projection and the answer on synthetic events; and one real scr
 trainer that evaluates slowly every 2 steps and whose own callback stops it at step 5 of 12) run
 through ``tracetui run``."""
 
-import json
 import sys
 import types
 from pathlib import Path
@@ -18,7 +17,7 @@ from tracetui.analysis import Results, summarise
 from tracetui.analysis.answer import held_back
 from tracetui.analysis.between import occurrences
 from tracetui.events.schema import make, validate
-from tracetui.core.phases import BETWEEN, FIELDS
+from tracetui.core.phases import FIELDS
 from tracetui.probe.callback import Probe, between_schedule, watch_stops
 from tracetui.probe.timing import HostClock, Mark
 from tracetui.events.log import read_events

@@ -122,8 +122,6 @@ LAZY_FOR_A_REASON = {
     # in the user's interpreter from its start: tracetui comes in only once transformers does
     ("tracetui.inject.sitecustomize", "tracetui.callbacks.attach"),
     ("tracetui.inject.sitecustomize", "tracetui.probe.apply"),
-    # the refusals of --emit-patch before anything is parsed further (to be moved to the top)
-    ("tracetui.cli.main", "tracetui.outputs.emit"), ("tracetui.cli.main", "tracetui.session.main"), ("tracetui.cli.main", "tracetui.core.text"),
 }
 
 

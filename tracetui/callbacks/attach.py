@@ -50,7 +50,7 @@ def _callback_base():
 
 
 def _make_trace_callback():
-    Probe = _callback_base()
+    Probe = _callback_base()  # noqa: N806 - a class
 
     class TraceCallback(Probe):
         """Add to a ``Trainer``/``SFTTrainer``: ``callbacks=[TraceCallback()]``.
@@ -303,4 +303,4 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["TraceCallback"]
+__all__ = ["TraceCallback"]  # noqa: F822 - built on first use, by the module's __getattr__

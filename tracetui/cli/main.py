@@ -11,6 +11,7 @@ what was measured written, a line saying what was interrupted, exit status 128 +
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from .. import __version__
@@ -19,11 +20,13 @@ from . import commands
 from ..core.config import ConfigError, add_arguments
 from ..core.config import from_args as config_from_args
 from ..core.envvars import check_environment
+from ..core.text import clean
+from ..outputs.emit import check_patch_target
 from ..planning.plan import dry_run_lines
 from ..runner.lifetime import stop_server
 from ..runner.script import DdpSweep
 from ..planning.search import make_planner
-from ..session.main import (EXIT_INTERRUPTED, EXIT_OK, Parser, UsageError, add_output_args, fail_line, load_config,
+from ..session.main import (EXIT_INTERRUPTED, check_writable, EXIT_OK, Parser, UsageError, add_output_args, fail_line, load_config,
                             run_headless)
 
 
@@ -45,10 +48,6 @@ COMMANDS = ("show", "watch", "sweep", "run")
 
 def unknown_command(word: str) -> str:
     """The line for ``tracetui WORD ...`` where WORD is no subcommand: the one it is closest to."""
-    import difflib
-
-    from ..core.text import clean
-
     near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.6)
     return (f"{clean(word[:40])} is not a command" + (f" (did you mean {near[0]}?)" if near else "")
             + f"; the commands are {', '.join(COMMANDS)}, or flags alone for the built-in sweep: see `tracetui --help`")
@@ -57,11 +56,7 @@ def unknown_command(word: str) -> str:
 def refuse_patch(ns) -> None:
     """``--emit-patch`` given to the built-in sweep (flag or TOML): one line before anything
     starts; a path that is no regular file is said first, as for every output."""
-    from_args = config_from_args
-    from ..outputs.emit import check_patch_target
-    from ..session.main import check_writable
-
-    path = from_args(ns).emit_patch
+    path = config_from_args(ns).emit_patch
     if path:
         check_writable(path, "--emit-patch")
         check_patch_target(None)

@@ -255,8 +255,8 @@ COLUMNS: tuple[Column, ...] = (
                                               "forked from the fork server, which imported them, the device's start)"),
     Column("start_model_s", unit="s", help="of it: building the model"),
     Column("start_data_s", unit="s", help="of it: preparing the data"),
-    Column("start_interpreter_s", unit="s", help="of it (a swept script): the interpreter, to the script's first line (forked from tracetui's "
-           "server: the fork, and the first run's wait for the server's imports)"),
+    Column("start_interpreter_s", unit="s", help="of it (a swept script): the interpreter, to the script's first line "
+           "(forked from tracetui's server: the fork, and the first run's wait for the server's imports)"),
     Column("start_script_s", unit="s", help="of it (a swept script): its own imports, model and data, to its Trainer"),
     Column("start_trainer_s", unit="s", help="of it: building the trainer"),
     Column("compile_s", unit="s", help="torch.compile's time: the first step beyond an ordinary one"),

@@ -743,7 +743,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     Defaults are ``argparse.SUPPRESS`` so only flags actually given override the TOML.
     """
-    S = argparse.SUPPRESS
+    suppress = argparse.SUPPRESS
     g = parser.add_argument_group("sweep")
     g.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
     for f in fields(SweepConfig):
@@ -756,17 +756,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if m["kind"] is bool:
             if m["flag"]:  # a switch that turns a default-on setting off
                 g.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
-                               default=S, help=m["help"])
+                               default=suppress, help=m["help"])
                 continue
-            g.add_argument(flag, dest=f.name, action="store_true", default=S,
+            g.add_argument(flag, dest=f.name, action="store_true", default=suppress,
                            help=help_text + (" (default off)" if not default else " (default on)"))
             if m["negatable"]:
-                g.add_argument("--no-" + flag[2:], dest=f.name, action="store_false", default=S)
+                g.add_argument("--no-" + flag[2:], dest=f.name, action="store_false", default=suppress)
             continue
         extra = {"nargs": "?", "const": m["const"]} if m["const"] is not None else {}
         if m["append"]:
             extra = {"action": "append"}
-        g.add_argument(flag, dest=f.name, default=S, metavar=m["metavar"], help=help_text, **extra)
+        g.add_argument(flag, dest=f.name, default=suppress, metavar=m["metavar"], help=help_text, **extra)
 
 
 SWEEP_KEYS = [f.name for f in fields(SweepConfig)]

@@ -124,7 +124,7 @@ def _wrap_init(cls) -> None:
             except Exception as exc:  # noqa: BLE001 - measuring must never stop training
                 _unmeasured(exc)
 
-    __init__._tracetui = True
+    __init__._tracetui = True  # noqa: SLF001 - tracetui's own mark on its own wrapper
     __init__.__wrapped__ = original
     cls.__init__ = __init__
 
@@ -150,7 +150,7 @@ def _patch_trainer(module) -> None:
         _wrap_init(cls)
 
     trainer_cls.__init_subclass__ = classmethod(__init_subclass__)
-    trainer_cls._tracetui_patched = True
+    trainer_cls._tracetui_patched = True  # noqa: SLF001 - tracetui's own mark on the class it wrapped
     train = getattr(trainer_cls, "train", None)
     if train is None:
         return

@@ -36,13 +36,20 @@ from typing import Any, Collection
 import yaml
 
 from ..analysis import sft_arguments
-from ..core.config import DATA_SUFFIXES, ConfigError, SweepConfig, dataset_kind, model_kind
+from ..core.config import (
+    DATA_SUFFIXES,
+    ConfigError,
+    SweepConfig,
+    dataset_kind,
+    model_kind,
+)
+from ..core.foreign import parser_actions
 from ..core.knobs import model_args
 from ..core.paths import write_whole
+from ..core.trial import Trial
 from ..launch.dialects import ConfigFile, launcher_for, script_parts
 from ..runner.script import run_plan, script_command
 from .script_patch import Found, recommended_changes
-from ..core.trial import Trial
 
 #: fields renamed between releases, the newest name first: a setting is written under the first
 #: name of its group that the installed release has (transformers 5.2x: ``activation_*``, before:
@@ -145,7 +152,7 @@ def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple
     them: field -> value for every field given (a ``--config FILE`` first, as ``TrlParser`` reads
     it, the flags over it), and what the parser could not read: ``(arguments, why)`` each.
     ``parser`` is changed (its defaults removed): give a fresh one (:func:`trl_parser`)."""
-    for action in parser._actions:  # only what is given comes back: no defaults, nothing required
+    for action in parser_actions(parser):  # only what is given comes back: no defaults, nothing required
         if action.dest != "help":
             action.default, action.required = argparse.SUPPRESS, False
 
@@ -168,7 +175,7 @@ def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple
                              "give a readable YAML file") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"the command's --config {path!r} is not a YAML mapping; give TRL's config format")
-        dests = {a.dest for a in parser._actions}
+        dests = {a.dest for a in parser_actions(parser)}
         for key, value in loaded.items():
             if key in dests or key in FILE_KEYS:
                 given[key] = value

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 from ..core import envvars
+from ..core.foreign import attention_kernel, caller_frame
 
 #: how a field reached the trainer: the launcher gave it on the command line (or, as the plan
 #: says, in a config file's copy)
@@ -62,7 +62,7 @@ def note_origin(args: Any) -> None:
     """Remember where the script built ``args`` (a ``TrainingArguments`` being initialised): the
     first frame outside the libraries, which is the script's constructor call, or its call of a
     parser that built it."""
-    frame = sys._getframe(1)  # noqa: SLF001 - the caller's frames are the only record of where
+    frame = caller_frame(1)  # the caller's frames are the only record of where
     while frame is not None:
         path = frame.f_code.co_filename
         if not path.startswith("<") and not any(part in path for part in _LIBRARIES) and \
@@ -129,7 +129,7 @@ def apply_to_trainer(args: Any, model: Any) -> None:
     if want and model is not None:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         config = getattr(base, "config", None)
-        have = getattr(config, "_attn_implementation", None)
+        have = attention_kernel(config)
         if have != want and hasattr(base, "set_attn_implementation"):
             try:
                 base.set_attn_implementation(want)

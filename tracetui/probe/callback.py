@@ -32,8 +32,9 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback, TrainerControl
 
-from ..events.schema import RUN_SETTINGS, StepRecord, make
+from ..core.foreign import caller_frame
 from ..core.phases import BETWEEN, NAMES, PHASES
+from ..events.schema import RUN_SETTINGS, StepRecord, make
 from . import quiet
 from .settings import read_back
 from .timing import Mark, make_clock
@@ -562,7 +563,7 @@ class _WatchedControl(TrainerControl):
                 self.__dict__.pop("_tracetui_stopped_by", None)
             elif not self.__dict__.get(name):
                 try:
-                    self.__dict__["_tracetui_stopped_by"] = _setter(sys._getframe(1))
+                    self.__dict__["_tracetui_stopped_by"] = _setter(caller_frame(1))
                 except Exception:  # noqa: BLE001 - never break the user's training
                     pass
         object.__setattr__(self, name, value)

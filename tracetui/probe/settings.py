@@ -14,7 +14,9 @@ import enum
 from typing import Any
 
 from ..core.flops import profile_of_model
+from ..core.foreign import attention_kernel
 from .environment import library_versions
+
 
 def _arg(args: Any, *names: str, default: Any = None) -> Any:
     """The first of ``names`` that ``args`` has (transformers renames settings between releases)."""
@@ -73,13 +75,13 @@ def _sharding(model: Any, world: int) -> str:
         except ImportError:  # pragma: no cover - older torch
             FSDPModule = ()  # noqa: N806
         try:
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP1
+            from torch.distributed.fsdp import FullyShardedDataParallel
         except ImportError:  # pragma: no cover - torch without distributed
-            FSDP1 = ()  # noqa: N806
+            FullyShardedDataParallel = ()  # noqa: N806 - the class, where torch has it
         units = sum(1 for m in model.modules() if FSDPModule and isinstance(m, FSDPModule))
         if units:
             return f"fsdp2 ({units} units)"
-        if FSDP1 and any(isinstance(m, FSDP1) for m in model.modules()):
+        if FullyShardedDataParallel and any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
             return "fsdp1"
     return "ddp" if world > 1 else "none"
 
@@ -146,7 +148,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "checkpointing_asked": _arg(args, "activation_checkpointing", "gradient_checkpointing"),
         "checkpointing_kwargs": _arg(args, "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
         "precision_used": _precision(args, model),
-        "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
+        "attn_implementation": attention_kernel(config),
         "optimizer": opt or _arg(args, "optim"),
         "optim_asked": _arg(args, "optim"),
         "loss_type": _arg(args, "loss_type"),

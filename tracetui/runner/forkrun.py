@@ -18,7 +18,6 @@ accelerate does it.
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import io
 import os
@@ -29,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from ..core import envvars
+from ..core.foreign import reset_accelerate_state, run_exit_functions
 from .lifetime import release_server, set_parent_death_signal
 from .threads import Inherited
 
@@ -68,7 +68,7 @@ def run(payload: dict) -> None:
         traceback.print_exc()
     finally:
         try:
-            atexit._run_exitfuncs()  # noqa: SLF001 - the interpreter's own exit, which os._exit skips
+            run_exit_functions()  # the interpreter's own exit, which os._exit skips
         finally:
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -141,12 +141,8 @@ def _reset_accelerate_state() -> None:
     """What the launcher's own process set up of accelerate's shared state is not the script's
     (a fresh process starts without it)."""
     try:
-        from accelerate.state import AcceleratorState, GradientState, PartialState
-
-        AcceleratorState._reset_state(reset_partial_state=True)  # noqa: SLF001 - accelerate's own reset
-        PartialState._reset_state()  # noqa: SLF001
-        GradientState._reset_state()  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - nothing set up, or an accelerate without these
+        reset_accelerate_state()
+    except ImportError:  # no accelerate: nothing of it set up
         pass
 
 

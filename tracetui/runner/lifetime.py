@@ -25,7 +25,7 @@ import time
 from typing import Callable
 
 from ..core import envvars
-
+from ..core.foreign import drop_fork_server_alive_fd, fork_server_pid
 
 # ---- no trial outlives tracetui ---------------------------------------------------------------
 #
@@ -378,8 +378,9 @@ def end_every_run() -> int:
 LIBRARIES = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
              "trl.trainer.sft_trainer"]
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
-PRELOAD = ["tracetui.runner.startup.gcoff", "tracetui.runner.adopt", "tracetui.runner.startup.metadata", "tracetui.runner.startup.optional", "tracetui.runner.startup.libraries",
-           "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
+PRELOAD = ["tracetui.runner.startup.gcoff", "tracetui.runner.adopt", "tracetui.runner.startup.metadata",
+           "tracetui.runner.startup.optional", "tracetui.runner.startup.libraries", "tracetui.runner.worker",
+           "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.startup.warm", "tracetui.runner.startup.gcfreeze"]  # (last: it freezes what the others made)
 #: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -514,9 +515,7 @@ def process_gone(pid: int) -> bool:
 
 def server_pid() -> int | None:
     """The fork server's pid (a forked trial's parent), when one runs."""
-    from multiprocessing import forkserver
-
-    return getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public accessor
+    return fork_server_pid()
 
 
 def release_server() -> None:
@@ -524,16 +523,12 @@ def release_server() -> None:
     hands every forked child the pipe's write end (so that it could fork more), and the server
     waits for the last holder to go before it exits: held by a trial, a killed tracetui would
     leave the server, and so the trial (whose parent-death signal waits for the server), alive."""
-    from multiprocessing import forkserver
-
     if forking() and os.environ.get(NVML_CHECK) == "1" \
             and not os.environ.get(envvars.USER_NVML_CHECK):
         os.environ.pop(NVML_CHECK)  # the server's setting, not the user's: the usual check again
-    server = forkserver._forkserver  # noqa: SLF001 - no public way to drop it
-    fd = getattr(server, "_forkserver_alive_fd", None)
+    fd = drop_fork_server_alive_fd()
     if fd is not None:
         try:
             os.close(fd)
         except OSError:
             pass
-        server._forkserver_alive_fd = None

@@ -12,17 +12,26 @@ import sys
 import traceback
 from typing import Any
 
-from ..core import envvars
 from ..analysis import StopRule
+from ..core import envvars
 from ..core.config import KNOB_DEFAULTS, SweepConfig, dataset_kind
-from ..events.schema import (RUN_FAILED, RUN_FINISHED, RUN_SETTINGS, RUN_STAGE, RUN_STARTED, WAITING_STAGE,
-                             StepRecord, make)
+from ..core.foreign import run_multiprocessing_finalizers
 from ..core.knobs import KNOBS, SHORT, fmt, model_args, sft_args
+from ..core.trial import Trial
+from ..events.schema import (
+    RUN_FAILED,
+    RUN_FINISHED,
+    RUN_SETTINGS,
+    RUN_STAGE,
+    RUN_STARTED,
+    WAITING_STAGE,
+    StepRecord,
+    make,
+)
 from ..probe import quiet
 from ..probe.environment import environment
 from ..probe.gpu import GpuSampler
 from ..probe.settings import read_back
-from ..core.trial import Trial
 from .lifetime import release_server, set_parent_death_signal
 from .preflight import device_kind
 from .sink import QueueSink
@@ -252,9 +261,7 @@ def run(spec: dict, mp_queue: Any) -> None:
     # os._exit skips interpreter shutdown (stray non-daemon threads cannot hang the worker), so
     # run multiprocessing's finalizers by hand: they release semaphores that libraries (tqdm's
     # lock, for one) registered, which the resource tracker would otherwise report as leaked.
-    from multiprocessing import util
-
-    util._run_finalizers()
+    run_multiprocessing_finalizers()
     os._exit(code)
 
 
@@ -426,7 +433,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     if probe is not None:
         probe.between_schedule = False  # tracetui's own trainer: when it logs is no one's real run
-    extra = [] if probe is not None else [_UnprobedSteps(emit, run_id, cfg.warmup)]
+    extra = [] if probe is not None else [_unprobed_steps(emit, run_id, cfg.warmup)]
     if probe is not None and spec.get("turn") is not None:
         said = []
 
@@ -462,7 +469,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     return metrics
 
 
-def _UnprobedSteps(emit, run_id: str, warmup: int):
+def _unprobed_steps(emit, run_id: str, warmup: int):
     """Step wall times from ``on_step_end`` host clock alone: the baseline for measuring the
     probe's own overhead (no hooks, no events on the device)."""
     import time

@@ -14,19 +14,41 @@ import stat
 from pathlib import Path
 
 from ..analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
-from ..core.config import (MAX_PROJECT_STEPS, ConfigError, SweepConfig, check_runs_dir, from_args, output_settings,
-                           validate, whole_number)
-from ..events.schema import MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP, UNPLANNED_KINDS
-from ..core.accepted import refusal as accepted_refusal, valid_list
+from ..core.accepted import refusal as accepted_refusal
+from ..core.accepted import valid_list
+from ..core.config import (
+    MAX_PROJECT_STEPS,
+    ConfigError,
+    SweepConfig,
+    check_runs_dir,
+    from_args,
+    output_settings,
+    validate,
+    whole_number,
+)
+from ..core.foreign import parser_actions
 from ..core.knobs import KNOBS, SHORT
-from ..outputs.writer import Outputs
 from ..core.paths import folder_problem, output_file_problem
-from ..launch.dialects import ConfigFile, environment_of, launcher_for
-from ..runner.lifetime import check_start_env, forking, trial_context
-from ..runner.preflight import offline_if_hub_unreachable, validate_deep, validate_deep_forked
-from ..runner.sweep import Sweep
 from ..core.text import clean, say
 from ..core.trial import Trial
+from ..events.schema import (
+    MISMATCH,
+    NOTICE,
+    RUN_FAILED,
+    RUN_FINISHED,
+    RUN_STARTED,
+    STEP,
+    UNPLANNED_KINDS,
+)
+from ..launch.dialects import ConfigFile, environment_of, launcher_for
+from ..outputs.writer import Outputs
+from ..runner.lifetime import check_start_env, forking, trial_context
+from ..runner.preflight import (
+    offline_if_hub_unreachable,
+    validate_deep,
+    validate_deep_forked,
+)
+from ..runner.sweep import Sweep
 
 EXIT_OK, EXIT_NONE_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the sweep ran, but some events could not be written to its log (a full disk): the outputs
@@ -56,7 +78,7 @@ class Parser(argparse.ArgumentParser):
 
         if not message.startswith("unrecognized arguments:"):
             return ""
-        names = [o[2:] for a in self._actions for o in a.option_strings if o.startswith("--")]
+        names = [o[2:] for a in parser_actions(self) for o in a.option_strings if o.startswith("--")]
         near = []  # (as given, the flag it is closest to)
         for word in message.split(":", 1)[1].split():
             if word.startswith("--"):

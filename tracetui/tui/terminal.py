@@ -7,6 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ..core.foreign import app_crashed
+
 if TYPE_CHECKING:
     from textual.app import App
 
@@ -95,5 +97,5 @@ def run_on_terminal(app: App) -> None:
         app.run()
     finally:
         sys.__stderr__ = terminal
-    if app._exception is not None:  # it crashed (its traceback is out): nothing written at its end, never exit 0
+    if app_crashed(app):  # it crashed (its traceback is out): nothing written at its end, never exit 0
         app.write_failed = True

@@ -40,8 +40,8 @@ def _bound_cell(row: dict, ctx: dict) -> str:
 
 #: the monitor's columns, most wanted first: the first six always come when they fit
 PRIORITY = ("split", "status", "step_ms_median", "speedup", "bound", "peak_mem_gib", "tokens_per_s",
-            "gpu_util_mean", "mfu_pct", "comparison", "spread", *FIELDS, "final_loss", "steps_measured", "runs", "energy_j_per_step", "projected_s", "activation_checkpointing",
-            "gpus", "comm_ms", "ranks")
+            "gpu_util_mean", "mfu_pct", "comparison", "spread", *FIELDS, "final_loss", "steps_measured", "runs",
+            "energy_j_per_step", "projected_s", "activation_checkpointing", "gpus", "comm_ms", "ranks")
 
 
 def pick_columns(rows: list[dict], width: int) -> tuple[list, dict]:

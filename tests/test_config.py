@@ -3,7 +3,9 @@
 import pytest
 
 from tracetui.cli.main import main
-from tracetui.core.config import ConfigError, SweepConfig, from_mapping, validate
+from tracetui.core.checks import validate
+from tracetui.core.coerce import from_mapping
+from tracetui.core.config import ConfigError, SweepConfig
 
 from .conftest import run_cli
 
@@ -80,7 +82,7 @@ def test_unwritable_output(capsys, tmp_path):
 
 def test_toml_and_flags_override(tmp_path):
     from tracetui.cli.main import build_parser
-    from tracetui.core.config import from_args
+    from tracetui.core.flags import from_args
 
     cfg_file = tmp_path / "s.toml"
     cfg_file.write_text('[sweep]\nsteps = 12\nwarmup = 2\nsplits = ["1x8", "8x1"]\neffective-batch = 8\n')
@@ -93,7 +95,7 @@ def test_toml_and_flags_override(tmp_path):
 def test_until_confident_alone_asks_for_five_percent():
     """A run's median to within 5%: fresh processes of one split differ by more than that."""
     from tracetui.cli.main import build_parser
-    from tracetui.core.config import from_args
+    from tracetui.core.flags import from_args
 
     assert from_args(build_parser().parse_args(["--until-confident"])).until_confident == 5.0
     assert from_args(build_parser().parse_args(["--until-confident", "2"])).until_confident == 2.0
@@ -124,7 +126,7 @@ def test_error_names_field():
 def test_splits_without_an_effective_batch_set_it():
     """``--splits 1x8,8x1`` alone compares at 8 (the splits' own), two products give two."""
     from tracetui.cli.main import build_parser
-    from tracetui.core.config import from_args
+    from tracetui.core.flags import from_args
 
     def effective(*argv):
         return from_args(build_parser().parse_args(list(argv))).effective_batch
@@ -158,7 +160,8 @@ def test_every_setting_is_declared_once_and_reaches_flag_toml_and_help():
     from dataclasses import fields
 
     from tracetui.cli.main import build_parser
-    from tracetui.core.config import SweepConfig, from_mapping
+    from tracetui.core.coerce import from_mapping
+    from tracetui.core.config import SweepConfig
 
     parser = build_parser()
     dests = {a.dest: a for a in parser._actions}

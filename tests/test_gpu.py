@@ -100,7 +100,8 @@ def test_probe_adds_no_sync():
 def test_memory_limit_turns_a_too_large_split_into_oom(tmp_path):
     """--memory-limit caps a run's CUDA memory: the large micro-batch runs out, frees its
     memory with its process, and the sweep goes on to a split that fits."""
-    from tracetui.core.config import SweepConfig, validate
+    from tracetui.core.checks import validate
+    from tracetui.core.config import SweepConfig
     from tracetui.runner.sweep import Sweep
 
     cfg = SweepConfig(effective_batch=[32], splits="32x1,1x32", repeats=1, steps=3, warmup=1, seq_len=1024,

@@ -322,7 +322,9 @@ def _setting_names():
 @settings(max_examples=300, deadline=None)
 @given(values=st.dictionaries(st.sampled_from(_setting_names()), JSONISH, max_size=4))
 def test_any_setting_value_is_accepted_or_one_config_error(values):
-    from tracetui.core.config import ConfigError, from_mapping, validate
+    from tracetui.core.checks import validate
+    from tracetui.core.coerce import from_mapping
+    from tracetui.core.config import ConfigError
 
     try:
         validate(from_mapping(values))
@@ -379,7 +381,7 @@ def test_the_environment_protocol_is_named_in_one_module():
 @settings(max_examples=150, deadline=None)
 @given(text=st.text(alphabet="[]{}\"'#\n =a1,.\\", max_size=200))
 def test_toml_depth_never_raises_and_bounds_the_parser(text):
-    from tracetui.core.config import MAX_TOML_DEPTH, toml_depth
+    from tracetui.core.tomlfile import MAX_TOML_DEPTH, toml_depth
 
     depth = toml_depth(text)
     assert depth >= 0

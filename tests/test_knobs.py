@@ -8,7 +8,10 @@ import json
 
 import pytest
 
-from tracetui.core.config import ConfigError, SweepConfig, from_mapping, load_toml, validate
+from tracetui.core.checks import validate
+from tracetui.core.coerce import from_mapping
+from tracetui.core.config import ConfigError, SweepConfig
+from tracetui.core.tomlfile import load_toml
 from tracetui.core.knobs import KNOBS, SHORT, result_changing, script_args
 from tracetui.core.trial import Trial
 

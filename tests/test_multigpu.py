@@ -3,7 +3,8 @@ lanes scheduled over a fake device list (no GPU here)."""
 
 import pytest
 
-from tracetui.core.config import SweepConfig, validate
+from tracetui.core.checks import validate
+from tracetui.core.config import SweepConfig
 from tracetui.runner.sweep import Sweep
 from tracetui.events.log import read_events
 

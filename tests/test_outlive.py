@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.core.config import SweepConfig, validate
+from tracetui.core.checks import validate
+from tracetui.core.config import SweepConfig
 from tracetui.runner.script import ScriptSweep
 from tracetui.runner.sweep import Sweep
 

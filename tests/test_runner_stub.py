@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from tracetui.analysis import Results
-from tracetui.core.config import SweepConfig, validate
+from tracetui.core.checks import validate
+from tracetui.core.config import SweepConfig
 from tracetui.outputs.writer import Outputs
 from tracetui.runner.sweep import Sweep
 from tracetui.events.log import read_events

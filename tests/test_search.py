@@ -4,7 +4,8 @@ sweep with ``--memory-limit``."""
 import pytest
 
 from tracetui.analysis import Results, summarise
-from tracetui.core.config import SweepConfig, validate
+from tracetui.core.checks import validate
+from tracetui.core.config import SweepConfig
 from tracetui.planning.plan import WAIT, GridPlanner, RunSpec, TrialResult
 from tracetui.planning.search import make_planner
 from tracetui.planning.search import SearchPlanner, wants_search

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Policy, Results, verdict
-from tracetui.core.config import SweepConfig, validate
+from tracetui.core.checks import validate
+from tracetui.core.config import SweepConfig
 from tracetui.events.schema import make
 from tracetui.outputs.writer import Outputs
 from tracetui.runner.sweep import Sweep

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from ..core import envvars
 from ..analysis import Results
-from ..core.config import ConfigError, add_arguments, check_runs_dir, whole_number
+from ..core.checks import check_runs_dir
+from ..core.config import ConfigError
+from ..core.flags import add_arguments, whole_number
 from ..outputs.emit import check_patch_target
 from ..outputs.writer import Outputs
 from ..core.paths import input_file_problem

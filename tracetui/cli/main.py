@@ -17,8 +17,9 @@ import sys
 from .. import __version__
 from ..core import clock
 from . import commands
-from ..core.config import ConfigError, add_arguments
-from ..core.config import from_args as config_from_args
+from ..core.config import ConfigError
+from ..core.flags import add_arguments
+from ..core.flags import from_args as config_from_args
 from ..core.envvars import check_environment
 from ..core.text import clean
 from ..outputs.emit import check_patch_target

@@ -1,23 +1,22 @@
-"""Sweep configuration: TOML file and command-line flags, validated before anything trains.
+"""Sweep configuration: every setting declared once (:func:`setting`, :class:`SweepConfig`), and
+what the declaration derives (the splits, the varied settings, the trials).
 
+The settings are read from flags (:mod:`tracetui.core.flags`) and a TOML file
+(:mod:`tracetui.core.tomlfile`), each value coerced to its declared type
+(:mod:`tracetui.core.coerce`), and checked before anything trains (:mod:`tracetui.core.checks`).
 Every user mistake becomes a :class:`ConfigError` whose message names the field, says what is
 wrong and how to fix it; the CLI prints it on one line and exits with status 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import math
 import os
-import tomllib
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from .knobs import KNOBS, fmt, knob_named
-from .paths import data_file_problem, folder_problem, input_file_problem
-from .text import clean
 from .presets import PRESETS
 from .trial import Trial
 
@@ -28,11 +27,10 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 SYNTHETIC = ("synthetic", "synthetic-ragged")
 
 
-#: ``--until-confident`` given alone: a run's median known to within 5% (95% interval). Fresh
-#: processes of one split differ by 8-10% on an H200 host (docs/results/README.md), and the
-#: verdict's intervals are over runs: a tighter median inside one process only costs steps
-#: (benchmarks/replay_until_confident.py: the same ranking from 0.20-0.22 of four recorded
-#: 100-step sweeps' training time at 5, 0.29-0.31 at 2)
+#: ``--until-confident`` given alone: a run's median known to within 5% (95% interval). The
+#: verdict's intervals are over runs, and fresh processes of one split differ by more than that
+#: (docs/results/README.md), so a tighter median inside one process only costs steps without
+#: changing the ranking (benchmarks/replay_until_confident.py compares the two)
 UNTIL_CONFIDENT_PCT = 5.0
 #: the longest duration a setting may give: a year. Longer is no real stall timeout, and waits
 #: far longer overflow the clocks' timeouts (OverflowError in a thread's wait)
@@ -69,7 +67,8 @@ def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = Non
             below: float | None = None, unit: str = "", example: str = "", output: bool = False) -> Any:
     """One sweep setting, declared once: its default, type, range, help and flag. The TOML key,
     the flag, its coercion, its checks and ``--help`` are all derived from this
-    (:func:`add_arguments`, :func:`from_mapping`, :func:`check_fields`). ``kind``: the value's
+    (:func:`tracetui.core.flags.add_arguments`, :func:`tracetui.core.coerce.from_mapping`,
+    :func:`tracetui.core.checks.check_fields`). ``kind``: the value's
     type (default: the default's); ``flag``: a flag other than ``--name`` (``--no-probe``);
     ``negatable``: also ``--no-name``; ``const``: the value of the flag given without one.
     ``low``/``high``: the least and greatest value allowed, ``above``/``below``: bounds the
@@ -101,8 +100,8 @@ class SweepConfig:
     steps: int = setting(20, "optimizer steps per run", low=1, high=1_000_000)
     warmup: int = setting(3, "steps measured but not counted", low=0, high=1_000_000, example="3")
     #: two fresh processes per split by default: a run's steps say nothing about how much runs
-    #: of the same split differ between processes (up to 40% on an H200 host), and the
-    #: intervals and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)
+    #: of the same split differ between processes (docs/results/README.md), and the intervals
+    #: and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)
     repeats: int = setting(2, "fresh-process runs of each split, in the order A B C C B A; intervals and verdicts rest on the "
                               "spread between them (1: intervals cover step noise only)", low=1, high=1000)
     lora_r: int = setting(16, "LoRA rank", low=1, high=65536)
@@ -139,13 +138,13 @@ class SweepConfig:
                                   "patch -p1 -d SCRIPT_FOLDER -i FILE", metavar="FILE.diff", show_default=False,
                               output=True)
     lr: float = setting(2e-4, "learning rate", above=0.0, example="2e-4")
-    #: what numpy's seeding takes (transformers' set_seed seeds numpy too): any other seed
-    #: failed in every run
+    #: what numpy's seeding takes (transformers' set_seed seeds numpy too, and refuses any
+    #: other seed, in every run)
     seed: int = setting(42, "seed for weights, LoRA init and data order", low=0, high=2**32 - 1)
     device: str = setting("auto", "auto, cpu, cuda or cuda:N")
     #: at most 1 PiB (2**20 GiB): more than any one machine holds, so no real cap is refused, and
-    #: well within the byte counts the CPU's cap takes (setrlimit: 2**63 bytes); 1e300 failed in
-    #: every run
+    #: well within the byte counts the CPU's cap takes (setrlimit: 2**63 bytes; a larger value
+    #: overflows it and fails every run)
     memory_limit: float | None = setting(None, "cap the memory a run may take: CUDA memory on a GPU, the worker's "
                                                "data size on the CPU", kind=float, metavar="GiB", above=0.0,
                                          high=float(2**20), unit="GiB", example="16")
@@ -299,424 +298,10 @@ def parse_split(text: str) -> Trial:
     return Trial(mb, ga)
 
 
-def _int_list(name: str, value: Any) -> list[int]:
-    if isinstance(value, bool):
-        raise ConfigError(name, f"{value!r} is not a whole number", "give e.g. 4 or 4,8")
-    if isinstance(value, int):
-        items: list[Any] = [value]
-    elif isinstance(value, list):
-        items = value
-    else:
-        items = [s for s in str(value).split(",") if s.strip()]
-    out = []
-    for item in items:
-        try:
-            if isinstance(item, bool) or (isinstance(item, float) and not item.is_integer()):
-                raise ValueError
-            out.append(int(str(item).strip()) if not isinstance(item, int) else item)
-        except (ValueError, TypeError):
-            raise ConfigError(name, f"{item!r} is not a whole number", "give e.g. 4 or 4,8") from None
-    if not out:
-        raise ConfigError(name, "is empty", "give at least one effective batch, e.g. 4")
-    return out
-
-
-def _coerce(name: str, value: Any, kind: type) -> Any:
-    flag = "--" + name.replace("_", "-")
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if kind is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value) if isinstance(value, (int, float)) else int(str(value).strip())
-        if kind is float:
-            if isinstance(value, bool):
-                raise ValueError
-            out = float(value)
-            if not math.isfinite(out):
-                raise ValueError
-            return out
-        if kind is str:
-            if not isinstance(value, str):
-                raise ValueError
-            return value
-    except (ValueError, TypeError, OverflowError):
-        raise ConfigError(flag, f"{value!r} is not a valid {kind.__name__}",
-                          "give " + {int: "a whole number", float: "a number"}.get(kind, f"a {kind.__name__} value")) from None
-    return value
-
-
-#: each setting's type, from its declaration
-_TYPES: dict[str, Any] = {f.name: f.metadata["kind"] for f in fields(SweepConfig)}
-
-
-def from_mapping(values: dict[str, Any], base: SweepConfig | None = None) -> SweepConfig:
-    """Apply ``values`` (TOML table or parsed flags; ``-`` or ``_`` in keys) onto ``base``."""
-    cfg = base or SweepConfig()
-    fields_by_name = {f.name: f for f in fields(SweepConfig)}
-    known = set(fields_by_name)
-    for raw_key, value in values.items():
-        key = raw_key.replace("-", "_")
-        if key not in known:
-            raise ConfigError(raw_key, "is not a tracetui setting",
-                              "see `tracetui --help` for the settings a config file may hold")
-        if value is None and fields_by_name[key].metadata["nullable"]:
-            setattr(cfg, key, None)
-            continue
-        if key == "effective_batch":
-            setattr(cfg, key, _int_list("--effective-batch", value))
-        elif key == "splits" and isinstance(value, list):
-            setattr(cfg, key, ",".join(str(v) for v in value))
-        elif key == "vary":
-            setattr(cfg, key, _vary_items(value))
-        else:
-            setattr(cfg, key, _coerce(key, value, _TYPES[key]))
-    return cfg
-
-
-def _vary_items(value: Any) -> list[str]:
-    """``vary`` from flags (a list of NAME=V1,V2), or TOML (that list, or a table of
-    name = [values])."""
-    if isinstance(value, dict):
-        for k, vs in value.items():
-            for v in vs if isinstance(vs, list) else [vs]:
-                if any(c in fmt(v) for c in ",\"'"):  # (it would be split at its comma)
-                    raise ConfigError("vary", f"{k}: {shown(v)} holds a comma or a quote, which no value of a "
-                                      "setting has", "give each value as it is named, e.g. \"adamw_torch\"")
-        return [f"{k}=" + ",".join(fmt(v) for v in (vs if isinstance(vs, list) else [vs])) for k, vs in value.items()]
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise ConfigError("vary", f"{value!r} is not a list of NAME=V1,V2",
-                      'write vary = ["attn_implementation=sdpa,eager"] or [sweep.vary] attn_implementation = ["sdpa", "eager"]')
-
-
-#: a config file longer than this is no sweep's settings (and is not read into memory)
-MAX_TOML_BYTES = 1 << 20
-#: arrays and inline tables nested deeper than this are refused before parsing (the parser
-#: recurses: 500 deep was a RecursionError traceback); a sweep's settings nest two deep
-MAX_TOML_DEPTH = 16
-
-
-def toml_depth(text: str) -> int:
-    """How deep ``text``'s arrays and inline tables nest (``[`` and ``{`` outside strings and
-    comments; a table header counts one). Linear, no recursion, whatever the text."""
-    depth = deepest = 0
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "#":
-            nl = text.find("\n", i)
-            i = n if nl < 0 else nl
-            continue
-        if ch in "\"'":
-            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else ch
-            j = i + len(quote)
-            while j < n and not text.startswith(quote, j):
-                j += 2 if quote[0] == '"' and text[j] == "\\" else 1
-            i = j + len(quote)
-            continue
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-        i += 1
-    return deepest
-
-
-def load_toml(path: str) -> dict[str, Any]:
-
-    why = input_file_problem(path)
-    if why:
-        raise ConfigError("--config", f"{path} {why}", "give the path of a TOML file")
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_TOML_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError("--config", f"{path} cannot be read ({exc.strerror})", "give a readable TOML file") from None
-    if len(raw) > MAX_TOML_BYTES:
-        raise ConfigError("--config", f"{path} is over {MAX_TOML_BYTES >> 20} MiB, too large for a sweep's settings",
-                          "give the TOML file of the sweep's settings")
-    try:
-        text = raw.decode("utf-8")
-        if toml_depth(text) > MAX_TOML_DEPTH:
-            raise ConfigError("--config", f"{path} nests arrays or tables more than {MAX_TOML_DEPTH} deep",
-                              "a sweep's settings nest at most two deep: fix the file")
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        why = "nested too deep" if isinstance(exc, RecursionError) else exc
-        raise ConfigError("--config", f"{path} is not valid TOML ({why})",
-                          "fix the file's syntax") from None
-    # Settings sit at the top level or under [sweep], not both: a key beside [sweep] would be
-    # silently ignored, and a table of another name (a misspelt [swep]) holds nothing tracetui reads.
-    if "sweep" in data and not isinstance(data["sweep"], dict):
-        raise ConfigError("--config", f"{path}: sweep must be a table ([sweep]), not a value",
-                          "write [sweep] on a line of its own, with the settings below it")
-    for key, value in data.items():
-        if key not in ("sweep", "vary") and isinstance(value, dict):
-            raise ConfigError("--config", f"{path}: [{key}] is not a table tracetui reads",
-                              "put the settings under [sweep] or at the top level")
-    if "sweep" in data:
-        beside = [k for k in data if k != "sweep"]
-        if beside:
-            raise ConfigError("--config", f"{path}: {', '.join(beside[:5])} at the top level beside [sweep] would be ignored",
-                              "move them under [sweep] (above it in the file is the top level)")
-        return dict(data["sweep"])
-    return dict(data)
-
-
-def check_sources(cfg: SweepConfig) -> None:
-    """The model and the data set as named, at once (before any import or hub check that takes
-    seconds): a local path that is not there, a hub id that cannot be one, a misspelt preset."""
-    import difflib
-
-    kind = model_kind(cfg.model)
-    if kind == "hub" and cfg.model.startswith((".", "/", "~")):
-        if cfg.model.startswith("~") and os.path.isdir(os.path.expanduser(cfg.model)):
-            raise ConfigError("--model", f"{cfg.model}: a ~ in a quoted path is not expanded",
-                              f"give it as {os.path.expanduser(cfg.model)}")
-        raise ConfigError("--model", f"folder {cfg.model} does not exist",
-                          f"give a model folder, a hub id (org/name) or a preset ({', '.join(PRESETS)})")
-    if kind == "hub" and ("/" not in cfg.model or cfg.model.count("/") > 1 or " " in cfg.model):
-        near = difflib.get_close_matches(cfg.model.lower(), list(PRESETS), n=1, cutoff=0.7)
-        hint = f" (did you mean {near[0]}?)" if near else ""
-        raise ConfigError("--model", f"{cfg.model!r} is not a preset, a local directory or a hub id{hint}",
-                          f"use one of {', '.join(PRESETS)}, a directory, or an id like org/name")
-    near = difflib.get_close_matches(cfg.dataset, list(SYNTHETIC), n=1, cutoff=0.7)
-    if dataset_kind(cfg.dataset) == "hub" and near and "/" not in cfg.dataset:
-        raise ConfigError("--dataset", f"{cfg.dataset!r} is not a data set (did you mean {near[0]}?)",
-                          "give a file, a hub id like org/name, or synthetic")
-    if dataset_kind(cfg.dataset) == "file":
-        p = Path(cfg.dataset)
-        if not p.is_file():
-            raise ConfigError("--dataset", f"{cfg.dataset} " + ("is not a file" if p.exists() else "does not exist")
-                              + (f" (did you mean {near[0]}?)" if near else ""),
-                              "give an existing .json/.jsonl/.parquet/.txt/.csv file, a hub id, or synthetic")
-        if p.suffix.lower() not in DATA_SUFFIXES:
-            raise ConfigError("--dataset", f"{p.suffix or 'no suffix'} is not a supported data file",
-                              "use .json, .jsonl, .parquet, .txt or .csv")
-        why = data_file_problem(cfg.dataset, text=DATA_SUFFIXES[p.suffix.lower()] != "parquet",
-                                rows=p.suffix.lower() == ".jsonl")
-        if why:
-            raise ConfigError("--dataset", f"{cfg.dataset} {why}",
-                              "save it as UTF-8" if "UTF-8" in why else "give a data file with rows of text in it")
-
-
 def shown(value: Any, limit: int = 40) -> str:
     """``value`` as a refusal quotes it: its repr, cut to ``limit`` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _num(x: float) -> str:
-    """A bound as written in a refusal: ``4294967295``, ``1048576``, ``0.05``."""
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
-
-
-def out_of_range(value: float, meta: dict) -> str | None:
-    """Why ``value`` is outside the range ``meta`` declares (:func:`setting`), in words, or None."""
-    low, high, above, below, unit = (meta.get(k) for k in ("low", "high", "above", "below", "unit"))
-    num = _num(value) if isinstance(value, float) else shown(value)
-    if above is not None and not value > above:
-        if above == 0:
-            return f"must be a positive number of {unit}, got {num}" if unit else f"must be positive, got {num}"
-        return f"must be more than {_num(above)}, got {num}"
-    if low is not None and value < low:
-        return f"must be at least {_num(low)}, got {num}"
-    if below is not None and not value < below:
-        return f"{num} is not below {_num(below)}"
-    if high is not None and value > high:
-        return f"{num} is above {_num(high)}" + (f" {unit}" if unit else "") + ", the most it may be"
-    return None
-
-
-def range_words(meta: dict) -> str:
-    """The range ``meta`` declares, as a fix: ``give a value from 0 to 4294967295``."""
-    low = meta.get("low") if meta.get("low") is not None else meta.get("above")
-    high = meta.get("high") if meta.get("high") is not None else meta.get("below")
-    if meta.get("example"):
-        return f"give e.g. {meta['example']}"
-    if low is not None and high is not None:
-        return f"give a value from {_num(low)} to {_num(high)}"
-    return f"give at least {_num(low)}" if low is not None else f"give at most {_num(high)}" if high is not None else ""
-
-
-def whole_number(low: int, high: int):
-    """An argparse ``type`` for a flag outside the sweep's settings (``--project-steps``, ``run
-    --warmup``): a whole number from ``low`` to ``high``, else one line naming the flag."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number; give e.g. {max(low, 3)}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {shown(value)}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
-
-
-#: the most optimizer steps ``--project-steps`` may project (a billion: beyond any training run;
-#: 1 followed by 400 zeros overflowed the projection's float after the sweep)
-MAX_PROJECT_STEPS = 10**9
-
-
-def range_help(meta: dict) -> str:
-    """The range ``meta`` declares, for ``--help``: `` (at least 0, at most 4294967295)``."""
-    parts = ([f"at least {_num(meta['low'])}"] if meta.get("low") is not None else
-             [f"above {_num(meta['above'])}"] if meta.get("above") is not None else [])
-    parts += ([f"at most {_num(meta['high'])}"] if meta.get("high") is not None else
-              [f"below {_num(meta['below'])}"] if meta.get("below") is not None else [])
-    return f" ({', '.join(parts)})" if parts else ""
-
-
-def check_value(name: str, value: Any, flag: str | None = None) -> None:
-    """``value`` for setting ``name``, by its declaration: a string of printable characters of
-    at most :data:`MAX_TEXT`, a number in its declared range. A :class:`ConfigError` naming
-    ``flag`` (default: the setting's) if not."""
-    meta = SweepConfig.__dataclass_fields__[name].metadata
-    flag = flag or "--" + name.replace("_", "-")
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise ConfigError(flag, f"is {len(value)} characters long", f"give at most {MAX_TEXT}")
-        if not value.isprintable():
-            bad = next(ch for ch in value if not ch.isprintable())
-            raise ConfigError(flag, f"{shown(value)} holds a character that is not printable ({clean(bad)})",
-                              "give plain text")
-    elif isinstance(value, (int, float)) and not isinstance(value, bool) and meta["kind"] in (int, float):
-        why = out_of_range(value, meta)
-        if why:
-            raise ConfigError(flag, why, range_words(meta))
-
-
-def check_fields(cfg: SweepConfig) -> None:
-    """Every setting of ``cfg`` and every value it varies, checked against its declaration
-    (:func:`check_value`): one pass, derived from the declarations in :class:`SweepConfig`."""
-    for f in fields(SweepConfig):
-        value = getattr(cfg, f.name)
-        for item in value if isinstance(value, list) else [value]:
-            if item is not None and f.name != "effective_batch":
-                check_value(f.name, item)
-    for name, values in cfg.varied().items():
-        for v in values:
-            check_value(name, v, "--vary")
-
-
-def validate(cfg: SweepConfig) -> list[Trial]:
-    """Check everything that needs no heavy import. Return the splits to run."""
-    check_fields(cfg)
-    check_sources(cfg)
-    if cfg.warmup >= cfg.steps:
-        raise ConfigError("--warmup", f"{cfg.warmup} leaves no measured step out of --steps {cfg.steps}",
-                          "make --warmup smaller than --steps")
-    if cfg.precision not in PRECISIONS:
-        raise ConfigError("--precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}",
-                          "pick one of those")
-    dev = cfg.device
-    if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdecimal())):
-        raise ConfigError("--device", f"{dev!r} is not auto, cpu, cuda or cuda:N", "pick one of those")
-    if dev == "cpu" and cfg.precision == "fp16":
-        raise ConfigError("--precision", "fp16 training needs a GPU", "use fp32 or bf16 on --device cpu")
-    if dev.startswith("cuda:") and int(dev[5:]) > 1023:
-        raise ConfigError("--device", f"{dev} names no GPU a machine has", "give cuda:N with N the GPU's index")
-    if cfg.until_confident is not None:
-        if cfg.world_size > 1:
-            raise ConfigError("--until-confident", "cannot stop data-parallel runs early (every rank would have to "
-                              "agree on each step)", "drop it, or measure with --nproc-per-node 1")
-        if cfg.warmup + cfg.min_steps > cfg.steps:
-            raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
-                              "raise --steps (the most steps a split may take) or lower --min-steps")
-    if cfg.search and cfg.grid:
-        raise ConfigError("--search", "and --grid both given", "give one: --search finds the fastest split, "
-                          "--grid runs every split")
-    if cfg.world_size == 1 and (cfg.sharding == "fsdp" or "fsdp" in cfg.varied().get("sharding", [])):
-        raise ConfigError("--sharding" if cfg.sharding == "fsdp" else "--vary", "fsdp shards the model over "
-                          "several processes, but this sweep runs one", "add --nproc-per-node 2 (or more)")
-    if cfg.run_unfit and cfg.grid:
-        raise ConfigError("--run-unfit", "is for the search, and --grid runs every split anyway",
-                          "drop one of the two")
-    if cfg.search and cfg.world_size > 1:
-        raise ConfigError("--search", "does not search data-parallel runs yet", "use --grid with --nproc-per-node")
-    if not cfg.lora_targets.strip():
-        raise ConfigError("--lora-targets", "is empty", "give all-linear or e.g. q_proj,v_proj")
-    if not cfg.text_field.strip():
-        raise ConfigError("--text-field", "is empty", "name the column that holds the text")
-    if not 0 <= cfg.node_rank < cfg.nnodes:
-        raise ConfigError("--node-rank", f"{cfg.node_rank} is not below --nnodes {cfg.nnodes}", "give 0 .. nnodes-1")
-    if cfg.nnodes > 1 and not cfg.rdzv_endpoint:
-        raise ConfigError("--rdzv-endpoint", "is needed with --nnodes above 1", "give HOST:PORT of the rendezvous")
-    if cfg.rdzv_endpoint:
-        host, sep, port = cfg.rdzv_endpoint.rpartition(":")
-        if not (sep and host and port.isdecimal() and 0 < int(port) < 65536):
-            raise ConfigError("--rdzv-endpoint", f"{shown(cfg.rdzv_endpoint)} is not HOST:PORT",
-                              "give e.g. 10.0.0.1:29500 (a port from 1 to 65535)")
-    try:
-        gpus = cfg.gpu_list()
-    except ValueError:
-        raise ConfigError("--gpus", f"{shown(cfg.gpus)} is not a list of GPU indices", "give e.g. 0,1") from None
-    if any(g > 1023 for g in gpus):
-        raise ConfigError("--gpus", f"{shown(cfg.gpus)} names a GPU index no machine has", "give e.g. 0,1")
-    if len(set(gpus)) != len(gpus) or any(g < 0 for g in gpus):
-        raise ConfigError("--gpus", f"{cfg.gpus!r} repeats or has a negative index", "give each GPU once, e.g. 0,1")
-    if gpus and cfg.device == "cpu":
-        raise ConfigError("--gpus", "runs splits on GPUs, but --device is cpu", "drop one of them")
-    if gpus and cfg.world_size > 1 and len(gpus) < cfg.nproc_per_node:
-        raise ConfigError("--gpus", f"lists {len(gpus)} GPU(s) for --nproc-per-node {cfg.nproc_per_node}",
-                          "list at least one GPU per process")
-    for eb in cfg.effective_batch:
-        if cfg.world_size > 1 and eb % cfg.world_size:
-            raise ConfigError("--effective-batch", f"{eb} is not divisible by the world size {cfg.world_size}",
-                              "give a multiple of --nproc-per-node x --nnodes")
-        if eb < 1:
-            raise ConfigError("--effective-batch", f"must be at least 1, got {eb}", "give e.g. 4")
-        if eb > 65536:
-            raise ConfigError("--effective-batch", f"{eb} is too large", "give at most 65536")
-    if len(set(cfg.effective_batch)) != len(cfg.effective_batch):
-        raise ConfigError("--effective-batch", "lists a value twice", "give each effective batch once")
-    splits = cfg.split_list()
-    if not splits and cfg.splits != "auto":
-        raise ConfigError("--splits", f"{cfg.splits!r} names no split", "give splits like 1x4,2x2,4x1, or auto")
-    if not splits:
-        raise ConfigError("--max-micro-batch", f"{cfg.max_micro_batch} leaves no split to run",
-                          "raise --max-micro-batch or give --splits")
-    allowed = set(cfg.effective_batch)
-    seen = set()
-    ws = cfg.world_size
-    for s in splits:
-        if s.effective_batch not in allowed:
-            want = ", ".join(str(e) for e in sorted(allowed))
-            per_rank = f"{s.micro_batch}x{s.grad_accum}"
-            times = f" x {ws} ranks" if ws > 1 else ""
-            raise ConfigError("--splits", f"{per_rank}{times} multiplies to {s.effective_batch}, not an effective batch ({want})",
-                              "give splits whose product is an --effective-batch, or add it there")
-        if s in seen:
-            raise ConfigError("--splits", f"{s.split} is listed twice", "give each split once")
-        seen.add(s)
-        if cfg.max_micro_batch is not None and s.micro_batch > cfg.max_micro_batch:
-            raise ConfigError("--splits", f"{s.split} has micro-batch {s.micro_batch} above --max-micro-batch {cfg.max_micro_batch}",
-                              "drop it or raise --max-micro-batch")
-    for name, knob in KNOBS.items():
-        try:
-            knob.coerce(getattr(cfg, name))
-        except ValueError as exc:
-            raise ConfigError("--" + name.replace("_", "-"), str(exc), "pick one of those" if knob.values else knob.help) from None
-    trials = cfg.trial_list()
-    if len(trials) * cfg.repeats > 1000:
-        raise ConfigError("--splits", f"{len(trials) * cfg.repeats} runs is too many",
-                          "sweep fewer splits, varied values or repeats")
-    return trials
 
 
 def model_kind(model: str) -> str:
@@ -735,74 +320,3 @@ def dataset_kind(dataset: str) -> str:
             or dataset.startswith((".", "/", "~"))):
         return "file"
     return "hub"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The sweep flags, shared by the TUI, the headless export and ``tracetui sweep``, built from
-    the declarations in :class:`SweepConfig`.
-
-    Defaults are ``argparse.SUPPRESS`` so only flags actually given override the TOML.
-    """
-    suppress = argparse.SUPPRESS
-    g = parser.add_argument_group("sweep")
-    g.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
-    for f in fields(SweepConfig):
-        m = f.metadata
-        flag = m["flag"] or "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else f.default_factory()
-        given = ",".join(map(str, default)) if isinstance(default, list) else default
-        help_text = m["help"] + (f" (default {given})" if m["show_default"] and default is not None
-                                 and m["kind"] is not bool else "") + range_help(m)
-        if m["kind"] is bool:
-            if m["flag"]:  # a switch that turns a default-on setting off
-                g.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
-                               default=suppress, help=m["help"])
-                continue
-            g.add_argument(flag, dest=f.name, action="store_true", default=suppress,
-                           help=help_text + (" (default off)" if not default else " (default on)"))
-            if m["negatable"]:
-                g.add_argument("--no-" + flag[2:], dest=f.name, action="store_false", default=suppress)
-            continue
-        extra = {"nargs": "?", "const": m["const"]} if m["const"] is not None else {}
-        if m["append"]:
-            extra = {"action": "append"}
-        g.add_argument(flag, dest=f.name, default=suppress, metavar=m["metavar"], help=help_text, **extra)
-
-
-SWEEP_KEYS = [f.name for f in fields(SweepConfig)]
-
-
-def from_args(ns: argparse.Namespace) -> SweepConfig:
-    """Build the config: defaults, then the TOML file, then the flags given."""
-    cfg = SweepConfig()
-    fixed: dict[str, str] = {}  # setting -> where it was fixed to one value
-    if getattr(ns, "config", None):
-        table = load_toml(ns.config)
-        cfg = from_mapping(table, cfg)
-        fixed.update({k.replace("-", "_"): f"in {ns.config}" for k in table})
-    given = {k: v for k, v in vars(ns).items() if k in SWEEP_KEYS}
-    cfg = from_mapping(given, cfg)
-    fixed.update({k: "on the command line" for k in given})
-    if "effective_batch" not in fixed and "splits" in fixed and cfg.splits != "auto":
-        # splits given without an effective batch name theirs: 1x8,8x1 compares at 8, not at
-        # the default 4 (a split that does not parse is refused by validate, as before)
-        try:
-            products = [t.effective_batch for t in cfg.split_list()]
-        except ConfigError:
-            products = []
-        if products:
-            cfg = replace(cfg, effective_batch=list(dict.fromkeys(products)))
-    for name in parse_vary(cfg.vary):
-        if name in fixed:
-            raise ConfigError("--vary", f"{name} is varied, and also fixed to {fmt(getattr(cfg, name))} {fixed[name]}",
-                              "drop one of the two: a varied setting takes each of its values in turn")
-    return cfg
-
-
-def check_runs_dir(path: str, flag: str = "--runs-dir") -> None:
-    """``--runs-dir`` (every subcommand) before anything starts: a folder this process can
-    write into, made if missing; else one line naming the flag (:class:`ConfigError`)."""
-    why = folder_problem(path)
-    if why:
-        raise ConfigError(flag, f"{clean(path)} {why}", "give a folder you can write, or leave it out "
-                          "(default tracetui_runs)")

@@ -30,7 +30,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .config import MAX_TEXT, ConfigError, out_of_range, shown
+from .checks import out_of_range
+from .config import MAX_TEXT, ConfigError, shown
 from .text import clean
 
 SOCKET = "TRACETUI_SOCKET"

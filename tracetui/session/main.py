@@ -16,16 +16,9 @@ from pathlib import Path
 from ..analysis import LIVE_STATUSES, Results, repeat_mark, time_line, time_spent
 from ..core.accepted import refusal as accepted_refusal
 from ..core.accepted import valid_list
-from ..core.config import (
-    MAX_PROJECT_STEPS,
-    ConfigError,
-    SweepConfig,
-    check_runs_dir,
-    from_args,
-    output_settings,
-    validate,
-    whole_number,
-)
+from ..core.checks import check_runs_dir, validate
+from ..core.config import ConfigError, SweepConfig, output_settings
+from ..core.flags import MAX_PROJECT_STEPS, from_args, whole_number
 from ..core.foreign import parser_actions
 from ..core.knobs import KNOBS, SHORT
 from ..core.paths import folder_problem, output_file_problem

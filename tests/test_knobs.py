@@ -85,6 +85,28 @@ def test_every_knob_is_a_setting_passed_to_the_trainer():
         "qlora=on", "loss_type=dft"]
 
 
+def test_a_knob_s_values_are_declared_once():
+    """The values of a setting that can be varied are those of its knob (:data:`KNOBS`), wherever
+    they show: the setting's type and default, its ``--help``, and what the checks take, for the
+    setting and for ``--vary`` (a second list of attention kernels in the settings had one fewer
+    than the knob's)."""
+    settings = SweepConfig.__dataclass_fields__
+    for name, knob in KNOBS.items():
+        meta = settings[name].metadata
+        assert meta["kind"] is knob.kind, f"{name}: the setting's type is not the knob's"
+        if knob.values is None:
+            continue
+        assert getattr(SweepConfig(), name) in knob.values, f"{name}: its default is no value of its knob"
+        for value in knob.values:
+            if knob.kind is str:
+                assert value in meta["help"], f"{name}: --help does not name {value}"
+            cfg = from_mapping({name: value, "nproc_per_node": 2, "effective_batch": 4})
+            assert getattr(cfg, name) == value
+            validate(cfg)  # taken as the setting
+            others = [v for v in knob.values if v != value]
+            validate(from_mapping({"vary": {name: [value, others[0]]}, "nproc_per_node": 2, "effective_batch": 4}))
+
+
 def test_script_flags_for_a_varied_setting():
     assert script_args({"activation_checkpointing": False, "liger": True}) == [
         "--gradient_checkpointing", "false", "--use_liger_kernel", "true"]

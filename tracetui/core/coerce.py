@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any
 
 from .config import ConfigError, SweepConfig, shown
-from .knobs import fmt
+from .knobs import OFF_WORDS, ON_WORDS, fmt
 
 
 def _int_list(name: str, value: Any) -> list[int]:
@@ -42,9 +42,9 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
             if isinstance(value, bool):
                 return value
             text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
+            if text in ON_WORDS:
                 return True
-            if text in ("0", "false", "no", "off"):
+            if text in OFF_WORDS:
                 return False
             raise ValueError
         if kind is int:

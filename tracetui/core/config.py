@@ -112,7 +112,8 @@ class SweepConfig:
     activation_checkpointing: bool = setting(False, "recompute activations in backward (saves memory; passed "
                                                     "to the trainer both ways)", negatable=True)
     # Speed settings that leave training the same (tracetui.core.knobs): each is passed to the trainer
-    # explicitly, at its default too, and can be compared with --vary NAME=v1,v2.
+    # explicitly, at its default too, and can be compared with --vary NAME=v1,v2. Their values are
+    # declared in KNOBS alone: the help here and the checks read them from there.
     attn_implementation: str = setting("sdpa", "attention kernel: " + ", ".join(KNOBS["attn_implementation"].values))
     liger: bool = setting(False, "Liger's fused kernels (needs liger-kernel and a GPU)", negatable=True)
     torch_compile: bool = setting(False, "torch.compile the model (compile time shown apart)", negatable=True)
@@ -123,7 +124,8 @@ class SweepConfig:
     optim: str = setting("adamw_torch_fused", "optimizer (transformers' name)")
     qlora: bool = setting(False, "4-bit (NF4) base model: QLoRA; changes the numerics (needs bitsandbytes "
                                  "and a GPU)", negatable=True)
-    sharding: str = setting("ddp", "with --nproc-per-node above 1: ddp, or fsdp (FSDP2 full shard per decoder layer)")
+    sharding: str = setting("ddp", "with --nproc-per-node above 1: " + ", or ".join(KNOBS["sharding"].values)
+                            + " (FSDP2 full shard per decoder layer)")
     vary: list[str] = setting([], f"compare values of a setting: NAME=v1,v2 (repeatable; names: {', '.join(KNOBS)})",
                               kind=list, metavar="NAME=V1,V2", append=True, show_default=False)
     allow_result_changes: bool = setting(False, "let the recommendation be a setting that changes what "

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 from .accepted import OPTIMIZERS, SFT_LOSSES, Declared
 
-#: values that mean on/off in --vary and TOML
-_ON = ("1", "true", "yes", "on")
-_OFF = ("0", "false", "no", "off")
+#: values that mean on/off in --vary, flags and TOML
+ON_WORDS = ("1", "true", "yes", "on")
+OFF_WORDS = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,9 @@ class Knob:
             if isinstance(raw, bool):
                 return raw
             text = str(raw).strip().lower()
-            if text in _ON:
+            if text in ON_WORDS:
                 return True
-            if text in _OFF:
+            if text in OFF_WORDS:
                 return False
             raise ValueError(f"{raw!r} is not on/off")
         if self.kind is int:

@@ -25,7 +25,7 @@ T = []
 def mark(s):
     T.append((time.time(), s))
 atexit.register(lambda: (mark("last atexit handler"), sys.stderr.write("".join(f"[end] {t:.4f} {s}\n" for t, s in T))))
-import tracetui.session.main as S, tracetui.runner.sweep as SW, tracetui.runner.lifetime as L, tracetui.runner.turns as TU
+import tracetui.session.headless as S, tracetui.runner.sweep as SW, tracetui.runner.lifetime as L, tracetui.runner.turns as TU
 for owner, name in ((SW.Sweep, "close"), (TU.Turns, "close"), (S, "report"),
                     (S, "sweep_time_line"), (S.StopSignals, "release"), (S, "release_outputs"), (L, "stop_server")):
     f = getattr(owner, name)

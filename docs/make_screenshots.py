@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tracetui.cli.main import build_parser
 from tracetui.runner.sweep import Sweep
-from tracetui.session.main import load_config
+from tracetui.session.loading import load_config
 from tracetui.tui.app import TraceApp, sweep_subtitle
 from tracetui.tui.sources import SweepSource
 

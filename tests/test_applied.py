@@ -18,7 +18,7 @@ from tracetui.analysis.applied import derived_note, split_applied
 from tracetui.planning.plan import RunSpec
 from tracetui.launch.dialects import takes_flags
 from tracetui.runner.supervise import as_planned
-from tracetui.session.main import exit_status
+from tracetui.session.exits import exit_status
 from tracetui.events.log import read_events
 from tracetui.core.trial import Trial
 

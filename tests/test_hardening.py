@@ -193,7 +193,7 @@ def test_whatever_passes_the_schema_can_be_analysed_and_exported(items):
     """The listener's consumers (analysis, the exports, the headless progress lines) never raise
     on an event the schema let through: what arrives from outside is checked enough."""
     from tracetui.analysis import Results, summarise
-    from tracetui.session.main import progress_printer
+    from tracetui.session.progress import progress_printer
     from tracetui.analysis import Policy
     from tracetui.outputs.export import steps_csv, summary_csv, summary_json
     from tracetui.outputs.writer import Answer

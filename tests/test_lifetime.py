@@ -122,7 +122,7 @@ def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(same_outp
     assert first.returncode == -signal.SIGKILL
     assert got["worker_went"], "the worker outlived its killed sweep by more than 5 s"
     # the lock went with the process: the path is free again, though the lock file stayed
-    from tracetui.session.main import lock_output, release_outputs
+    from tracetui.session.output_paths import lock_output, release_outputs
 
     lock_output(str(out), "--output")
     release_outputs()
@@ -626,7 +626,7 @@ def test_a_stop_signal_that_interrupts_the_holder_of_a_lock_stop_needs_does_not_
     with py-spy). Here the main thread holds the lock ``stop`` takes when the signals come."""
     code = textwrap.dedent("""
         import os, signal, threading, time
-        from tracetui.session.main import StopSignals
+        from tracetui.session.signals import StopSignals
 
         lock, asked, stopped = threading.Lock(), threading.Event(), threading.Event()
 
@@ -653,7 +653,7 @@ def test_a_stop_signal_that_interrupts_the_holder_of_a_lock_stop_needs_does_not_
 
 def test_a_released_stop_signal_watcher_stops_nothing():
     """No signal came: releasing ends the stopper's wait without calling ``stop``."""
-    from tracetui.session.main import StopSignals
+    from tracetui.session.signals import StopSignals
 
     calls = []
     before = signal.getsignal(signal.SIGTERM)

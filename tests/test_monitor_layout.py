@@ -15,7 +15,7 @@ from rich.console import Console
 from tracetui.analysis import Results, diagnose, summarise
 from tracetui.cli.main import main
 from tracetui.outputs.writer import default_output
-from tracetui.session.main import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, exit_status
+from tracetui.session.exits import EXIT_NONE_OK, EXIT_OK, EXIT_USAGE, exit_status
 from tracetui.events.schema import make, parse_line
 from tracetui.events.log import read_events
 from tracetui.core.trial import Trial

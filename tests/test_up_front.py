@@ -149,7 +149,7 @@ def test_a_wait_that_never_ends_after_a_stop_signal_ends_all_the_same(tmp_path):
     backstop's time has passed (shortened here from its 60 s)."""
     code = textwrap.dedent("""
         import os
-        from tracetui.session.main import StopSignals
+        from tracetui.session.signals import StopSignals
 
         r, w = os.pipe()
         signals = StopSignals(stop=lambda: None, backstop_s=0.5)

@@ -21,8 +21,14 @@ from ..runner.script import (ScriptSweep, check_command, check_program, check_sc
                              check_settings_reach, how_runs_start, start_line)
 from ..runner.sweep import new_sweep_id
 from ..planning.search import make_planner
-from ..session.main import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_output_args, check_new, check_outputs,
-                            check_writable, load_config, progress_printer, run_headless, say, write_and_report)
+from ..core.text import say
+from ..session.exits import EXIT_NONE_OK, UsageError
+from ..session.headless import run_headless, write_and_report
+from ..session.loading import load_config
+from ..session.output_paths import check_new, check_outputs, check_writable
+from ..session.parser import Parser, add_output_args
+from ..session.progress import progress_printer
+from ..session.signals import StopSignals
 from ..events.log import EventLog, read_events
 from ..core.text import clean
 from ..events.wire import ListenerError, SocketListener, default_socket_path, socket_origin
@@ -38,7 +44,7 @@ def _show_parser() -> Parser:
 
 
 def _check_outputs(ns, default: str | None = None) -> None:
-    """:func:`~tracetui.session.main.check_outputs` as a usage error; ``default``: the summary's path
+    """:func:`~tracetui.session.output_paths.check_outputs` as a usage error; ``default``: the summary's path
     when no ``-o`` is given (beside the log: refused too if a summary is already there)."""
     try:
         check_outputs(ns)

@@ -27,8 +27,11 @@ from ..planning.plan import dry_run_lines
 from ..runner.lifetime import stop_server
 from ..runner.script import DdpSweep
 from ..planning.search import make_planner
-from ..session.main import (EXIT_INTERRUPTED, check_writable, EXIT_OK, Parser, UsageError, add_output_args, fail_line, load_config,
-                            run_headless)
+from ..session.exits import EXIT_INTERRUPTED, EXIT_OK, UsageError, fail_line
+from ..session.headless import run_headless
+from ..session.loading import load_config
+from ..session.output_paths import check_writable
+from ..session.parser import Parser, add_output_args
 
 
 def build_parser() -> argparse.ArgumentParser:

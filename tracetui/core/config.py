@@ -75,7 +75,7 @@ def setting(default: Any, help: str, *, kind: Any = None, flag: str | None = Non
     value must be strictly beyond (what the libraries that take it accept, or what is
     plausible); ``unit`` and ``example`` go into the one line that refuses a value. ``output``:
     the value is the path of a file tracetui writes, checked as every output is before anything
-    runs (:func:`output_settings`, :func:`tracetui.session.main.check_outputs`)."""
+    runs (:func:`output_settings`, :func:`tracetui.session.output_paths.check_outputs`)."""
     kind = kind or type(default)
     meta = dict(help=help, kind=kind, flag=flag, negatable=negatable, metavar=metavar, const=const,
                 show_default=show_default, nullable=default is None, append=append, low=low, high=high,
@@ -235,7 +235,7 @@ class SweepConfig:
 def output_settings() -> list[tuple[str, str]]:
     """``(setting, flag)`` of every setting declared an output (``setting(..., output=True)``):
     each is refused before anything runs where it cannot be written as a whole regular file
-    (:func:`tracetui.session.main.check_outputs`)."""
+    (:func:`tracetui.session.output_paths.check_outputs`)."""
     return [(f.name, f.metadata["flag"] or "--" + f.name.replace("_", "-")) for f in fields(SweepConfig)
             if f.metadata.get("output")]
 

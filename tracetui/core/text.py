@@ -3,7 +3,7 @@
 Event fields, log lines, socket lines, file names, settings and exception messages can hold
 anything: an escape sequence that clears the screen or retitles the terminal, a carriage return
 that writes over a line, a bidirectional override that reverses what follows, a ``[/]`` that
-Rich would read as markup. Every string bound for stderr (:func:`tracetui.session.main.say`), stdout,
+Rich would read as markup. Every string bound for stderr (:func:`say`), stdout,
 the monitor's widgets or a CSV cell goes through :func:`clean` (or :func:`safe_text` for a Rich
 ``Text`` already built): each character that is not printable is written as its Python escape
 (``\\x1b``, ``\\n``, ``\\u202e``), so that it is seen and does nothing. Markup is never read:

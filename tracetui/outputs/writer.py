@@ -2,7 +2,7 @@
 TRL config of the recommendation (``--emit-config``), and the lines that close the command.
 
 The monitor, headless runs, ``show``, ``watch``, ``sweep`` and ``run`` all ask for their outputs
-with the same flags (:func:`tracetui.session.main.add_output_args`) and hand them here, so that each
+with the same flags (:func:`tracetui.session.parser.add_output_args`) and hand them here, so that each
 flag means the same in every mode and the answer reads the same wherever it is shown: the
 verdict and the recommendation are computed once per write (:class:`Answer`), under one
 :class:`~tracetui.analysis.Policy` (``--allow-result-changes``, ``--allow-busy``), and the CSV,
@@ -97,7 +97,7 @@ class Outputs:
     writer wrote it before or ``force`` is set; a file is replaced whole (written beside it, then
     renamed), so a reader never sees half of one. Nothing at a path is ever opened: a symbolic
     link, a FIFO, a socket or a device (``/dev/full``) found there is refused, as it was before
-    anything ran (:func:`tracetui.session.main.check_outputs`). A write that fails (a full disk) is
+    anything ran (:func:`tracetui.session.output_paths.check_outputs`). A write that fails (a full disk) is
     one line among the closing lines, which still give the answer."""
 
     def __init__(self, summary: str, fmt: str = "csv", *, steps: str | None = None, emit_config: str | None = None,

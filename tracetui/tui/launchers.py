@@ -12,8 +12,11 @@ from pathlib import Path
 from ..core import envvars
 from ..outputs.writer import Outputs
 from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
-from ..session.main import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_status, fail_line,
-                            no_split_finished, report, say)
+from ..core.text import say
+from ..session.exits import EXIT_INTERRUPTED, exit_status, fail_line
+from ..session.headless import no_split_finished, report
+from ..session.loading import deferred_checks
+from ..session.signals import StopSignals
 from ..core.text import clean
 from ..events.wire import ListenerError, default_socket_path, prepare_socket_path
 from .app import TraceApp, sweep_subtitle
@@ -31,14 +34,14 @@ def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
     """Open the monitor on a new sweep; after it closes, say where everything is.
 
     ``checks_deferred``: the checks of the model, the data and the device are still to run
-    (:func:`tracetui.session.main.load_config`'s ``defer``): the monitor opens at once and says it
+    (:func:`tracetui.session.loading.load_config`'s ``defer``): the monitor opens at once and says it
     waits on them; the sweep is built once they pass (a failing one closes the monitor with
     its one line and exit status 2).
 
     SIGTERM, SIGHUP (the SSH session dropped) and SIGINT stop the workers at once and make the
     monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
     status is 128 + the signal. Signals that come later change nothing (see
-    :class:`~tracetui.session.main.StopSignals`)."""
+    :class:`~tracetui.session.signals.StopSignals`)."""
     why = no_terminal()
     if why:
         if sweep is not None:
@@ -112,7 +115,7 @@ STOP_GRACE_S = 45.0
 def end_if_stuck(get_app, closed: threading.Event, signals) -> None:
     """The last resort after a stop signal (SIGTERM, a hang-up): the monitor has not closed
     within :data:`STOP_GRACE_S` (a hang-up once outlasted 60 s in a few of some hundred runs of
-    the tests: a signal handler that deadlocked, see :class:`~tracetui.session.main.StopSignals`;
+    the tests: a signal handler that deadlocked, see :class:`~tracetui.session.signals.StopSignals`;
     this stays as the guard for whatever else might). What was measured is written (the monitor's CSV from its events;
     every step is in the event log anyway), one line says so, and tracetui exits with the
     signal's status; its trials die with it (their parent-death signal).
@@ -164,7 +167,7 @@ def dump_stacks(path: Path) -> str:
 def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: int | None = None,
                  started: float | None = None) -> int:
     """Say where everything is once the monitor of a sweep has closed, and its exit status: the
-    same as headless for the same outcome (:func:`tracetui.session.main.exit_status`)."""
+    same as headless for the same outcome (:func:`tracetui.session.exits.exit_status`)."""
     import signal as _signal
 
     if signum and not app.quit_reason:  # came as the app was closing

@@ -8,7 +8,7 @@ import pytest
 
 from tracetui.analysis import Results, recommendation, summarise
 from tracetui.events.schema import make
-from tracetui.core.flops import Profile, peak_tflops, profile_of_config, step_work
+from tracetui.core.flops import Profile, model_profile, peak_tflops, profile_of_config, step_work
 from tracetui.core.presets import PRESETS
 from tracetui.events.log import read_events
 
@@ -133,6 +133,28 @@ def test_mfu_in_the_summary_and_the_recommendation():
     assert row["mfu_note"].startswith("against the H100 SXM bf16 dense peak, 989 TFLOP/s; 27% of the positions")
     assert f"it runs at {row['mfu_pct']:.0f}% MFU ({row['tflops']:.1f} TFLOP/s against the H100 SXM" in \
         recommendation([row])
+
+
+def test_a_model_profile_that_cannot_be_read_says_why_mfu_is_blank():
+    """A failure while reading a model's layers leaves MFU blank, and the summary's note says why
+    (it was a blank MFU with no word)."""
+    class Broken:
+        config = None
+
+        def modules(self):
+            raise RuntimeError("a layer that cannot be listed")
+
+    profile, why = model_profile(Broken())
+    assert profile is None and why == "reading the model's layers failed (RuntimeError: a layer that cannot be listed)"
+    config = {"model": "org/own-model", "seq_len": 512}
+    events = [make("run_started", "s/4x1", label="4x1", micro_batch=4, grad_accum=1, effective_batch=4,
+                   precision="bf16", env={"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3"}, config=config),
+              make("run_settings", "s/4x1", settings={"model_work": None, "model_work_missing": why})]
+    events += [make("step", "s/4x1", step=k, warmup=False, wall_ms=100.0, forward_ms=[40.0], backward_ms=[60.0],
+                    tokens=2048, samples=4, micro_shapes=[[4, 512]]) for k in range(1, 11)]
+    row = summarise(Results().extend(events + [make("run_finished", "s/4x1")]))[0]
+    assert row.get("mfu_pct") is None and row.get("tflops") is None
+    assert row["mfu_note"] == f"no FLOPs: {why}"
 
 
 def test_unknown_gpu_gets_no_mfu_and_says_so_and_a_given_peak_is_used():

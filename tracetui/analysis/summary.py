@@ -384,7 +384,9 @@ def _add_work(row: dict, runs: list[RunData], measured: list[dict], peak_overrid
         # a log from before the layers were read back: a preset's configuration says the same
         profile = profile_of_config(PRESETS[cfg["model"]][0], cfg.get("lora_r"), cfg.get("lora_targets"))
     if profile is None:
-        row["mfu_note"] = "no FLOPs: the model's layers were not recorded (a model tracetui cannot read)"
+        why = next((r.settings.get("model_work_missing") for r in runs if r.settings.get("model_work_missing")), None)
+        row["mfu_note"] = f"no FLOPs: {why}" if why else \
+            "no FLOPs: the model's layers were not recorded (a model tracetui cannot read)"
         return
     ckpt = row.get("activation_checkpointing")
     ckpt = bool(cfg.get("activation_checkpointing") if ckpt is None else ckpt)

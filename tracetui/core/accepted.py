@@ -24,6 +24,8 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+from .text import say
+
 
 @dataclass(frozen=True)
 class Declared:
@@ -113,10 +115,16 @@ def _imported(declared: Declared) -> tuple[str, ...] | None:
 
     try:
         owner = getattr(importlib.import_module(declared.module), declared.owner)
-    except Exception:  # noqa: BLE001 - a library that cannot say: not checked
+    except (ImportError, AttributeError):  # a release without it: not checked
+        return None
+    except Exception as exc:  # noqa: BLE001 - said on stderr; the trainer still checks the value
+        say(f"tracetui: warning: {declared.module} could not be imported to read {declared.where} "
+            f"({type(exc).__name__}: {exc}); its values are not checked before the runs")
         return None
     if not declared.field:
         return tuple(str(m.value) for m in owner) or None
+    if not dataclasses.is_dataclass(owner):  # a release that made it something else: not checked
+        return None
     for f in dataclasses.fields(owner):
         if f.name == declared.field:
             choices = f.metadata.get("choices")
@@ -150,7 +158,7 @@ def installed(declared: Declared, home: str | None = None) -> str:
         from importlib.metadata import version
 
         return f"the installed {declared.package} {version(declared.package)}"
-    except Exception:  # noqa: BLE001 - the name alone will do
+    except (ImportError, OSError, ValueError):  # no metadata to read: the name alone will do
         return f"the installed {declared.package}"
 
 

@@ -146,39 +146,50 @@ def _decoder_layers(model: Any, count: int | None) -> Any:
 
 
 def profile_of_model(model: Any) -> Profile | None:
+    """The profile of a built model (:func:`model_profile`), or None."""
+    return model_profile(model)[0]
+
+
+def model_profile(model: Any) -> tuple[Profile | None, str]:
     """The profile of a built model, from its modules (adapters as PEFT placed them, weights as
-    they train or not). None where it has no list of decoder layers or no output head."""
+    they train or not); or None and why there is none (no list of decoder layers, no output head,
+    or reading them failed), which the summary's ``mfu_note`` says where MFU stays blank."""
     try:
-        config = getattr(model, "config", None)
-        text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        n_layers = getattr(text, "num_hidden_layers", None)
-        layers = _decoder_layers(model, n_layers)
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        if layers is None or head is None:
-            return None
-        head_shape = _linear_shape(head)
-        heads = int(getattr(text, "num_attention_heads"))
-        head_dim = int(getattr(text, "head_dim", None) or int(getattr(text, "hidden_size")) // heads)
-        gemm = trainable = first = 0
-        for index, layer in enumerate(layers):
-            for name, module in layer.named_modules():
-                shape = _linear_shape(module)
-                if shape is None:
-                    continue
-                size = shape[0] * shape[1]
-                gemm += size
-                weight = getattr(module, "weight", None)
-                if weight is not None and weight.requires_grad:
-                    trainable += size
-                parts = name.split(".")
-                if index == 0 and _INPUT_PROJECTIONS & set(parts) and "lora_B" not in parts:
-                    first += size
-        if head_shape is None or not gemm:
-            return None
-        return Profile(layers=len(layers), gemm=gemm, trainable=trainable, first=first,
-                       head=head_shape[0] * head_shape[1], attention=heads * head_dim)
-    except Exception:  # noqa: BLE001 - a model of another shape has no profile, and training goes on
-        return None
+        return _model_profile(model)
+    except Exception as exc:  # noqa: BLE001 - training goes on; the reason reaches the summary's mfu_note
+        return None, f"reading the model's layers failed ({type(exc).__name__}: {exc})"
+
+
+def _model_profile(model: Any) -> tuple[Profile | None, str]:
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n_layers = getattr(text, "num_hidden_layers", None)
+    layers = _decoder_layers(model, n_layers)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if layers is None or head is None:
+        return None, "the model has no list of decoder layers" if layers is None else "the model has no output head"
+    head_shape = _linear_shape(head)
+    heads = int(getattr(text, "num_attention_heads"))
+    head_dim = int(getattr(text, "head_dim", None) or int(getattr(text, "hidden_size")) // heads)
+    gemm = trainable = first = 0
+    for index, layer in enumerate(layers):
+        for name, module in layer.named_modules():
+            shape = _linear_shape(module)
+            if shape is None:
+                continue
+            size = shape[0] * shape[1]
+            gemm += size
+            weight = getattr(module, "weight", None)
+            if weight is not None and weight.requires_grad:
+                trainable += size
+            parts = name.split(".")
+            if index == 0 and _INPUT_PROJECTIONS & set(parts) and "lora_B" not in parts:
+                first += size
+    if head_shape is None or not gemm:
+        return None, "the model's output head is no linear layer" if head_shape is None else \
+            "the model's decoder layers hold no linear layer"
+    return Profile(layers=len(layers), gemm=gemm, trainable=trainable, first=first,
+                   head=head_shape[0] * head_shape[1], attention=heads * head_dim), ""
 
 
 @dataclass(frozen=True)

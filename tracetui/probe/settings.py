@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..core.flops import profile_of_model
+from ..core.flops import model_profile
 from ..core.foreign import attention_kernel
 from .environment import library_versions
 
@@ -111,9 +111,12 @@ def comm_volume(model: Any, world: int, grad_accum: int, sharding: str) -> tuple
     return 2 * share * trainable / 2**30, "all-reduce of the LoRA gradients once per step (last micro-batch)"
 
 
-def _work(model: Any) -> dict | None:
-    profile = profile_of_model(model) if model is not None else None
-    return profile.to_dict() if profile is not None else None
+def _work(model: Any) -> tuple[dict | None, str | None]:
+    """The model's profile as a dict, or None and why (:func:`tracetui.core.flops.model_profile`)."""
+    if model is None:
+        return None, "no model was read back"
+    profile, why = model_profile(model)
+    return (profile.to_dict(), None) if profile is not None else (None, why)
 
 
 def _tf32() -> bool | None:
@@ -127,6 +130,7 @@ def _tf32() -> bool | None:
 
 def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
     """The settings one run really trains with, from its ``TrainingArguments`` and model."""
+    work, work_missing = _work(model)
     config = getattr(model, "config", None)
     targets, dropout, rank = _lora(model)
     opt = None
@@ -176,7 +180,8 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "versions": " / ".join(f"{k} {v}" for k, v in library_versions().items()),
         # the model's linear layers, for the work each step does (tracetui.core.flops), and whether fp32
         # products ran as TF32 (the peak they are measured against)
-        "model_work": _work(model),
+        "model_work": work,
+        "model_work_missing": work_missing,
         "tf32": _tf32(),
     }
     for key, value in list(out.items()):  # enums and other objects as their plain names

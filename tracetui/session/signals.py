@@ -99,9 +99,8 @@ class StopSignals:
         said.join(2.0)
         try:
             release_outputs()
-        except Exception:  # noqa: BLE001 - ending is what matters now
-            pass
-        os._exit(status)
+        finally:  # whatever releasing raised: ending is what matters now
+            os._exit(status)
 
     def wait_stopped(self, timeout: float = 5.0) -> None:
         """Until ``stop`` has run for a signal that came (returns at once if none came)."""

@@ -63,7 +63,7 @@ def from_args(ns: argparse.Namespace) -> SweepConfig:
     fixed.update({k: "on the command line" for k in given})
     if "effective_batch" not in fixed and "splits" in fixed and cfg.splits != "auto":
         # splits given without an effective batch name theirs: 1x8,8x1 compares at 8, not at
-        # the default 4 (a split that does not parse is refused by validate, as before)
+        # the default 4 (a split that does not parse is refused by validate)
         try:
             products = [t.effective_batch for t in cfg.split_list()]
         except ConfigError:

@@ -19,12 +19,12 @@ class StopSignals:
     """Catches :data:`STOP_SIGNALS` while a sweep runs and its outputs are written.
 
     The first signal sets the exit status and has ``stop`` called; later ones (a second Ctrl-C
-    50 ms after the first, the shell's SIGHUP after the kernel's) change nothing, so nothing can
+    right after the first, the shell's SIGHUP after the kernel's) change nothing, so nothing can
     cut the writing of the outputs short. ``stop`` runs on a thread of its own, woken through a
-    pipe: a handler runs on the main thread wherever it was interrupted, and one that took a lock
-    (setting an ``Event``) deadlocked when the signal had interrupted that same lock's holder: a
-    hang-up delivers two SIGHUPs close together, and the second came inside the first one's
-    ``Event.set`` (seen: a monitor that never ended). Once a signal came, :meth:`release` leaves
+    pipe: a handler runs on the main thread wherever it was interrupted, so one that took a lock
+    (setting an ``Event``) would deadlock when the signal interrupted that same lock's holder, as
+    when a hang-up delivers two SIGHUPs close together and the second lands inside the first
+    one's ``Event.set`` (the monitor would never end). Once a signal came, :meth:`release` leaves
     the signals ignored: the process is on its way out, and a signal in its last moments would
     only print a ``KeyboardInterrupt`` traceback.
 

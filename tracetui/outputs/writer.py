@@ -21,17 +21,16 @@ from ..analysis import Policy, Results, recommendation, recommended_rows, scope_
 from ..analysis.applied import derived_note
 from ..analysis.between import closing_notes
 from .emit import config_trainer, script_changes, script_file, shown_path, winning_command, winning_line, write_config
-from .export import steps_csv, summary_csv, summary_json
+from .export import FORMATS, Summary, format_of_path, steps_csv
 from ..core.paths import OutputRefused, output_file_problem, write_whole
 from ..launch.dialects import DROPPED
 from ..core.trial import Trial
 
 
 def output_format(ns) -> str:
-    """The summary's format: ``--export``'s, else the ``-o`` file's extension (JSON into
-    ``.json``), else CSV."""
-    out = getattr(ns, "output", None) or ""
-    return getattr(ns, "export", None) or ("json" if out.lower().endswith(".json") else "csv")
+    """The summary's format: ``--export``'s, else the one whose extension the ``-o`` file has
+    (:data:`tracetui.outputs.export.FORMATS`: JSON into ``.json``), else CSV."""
+    return getattr(ns, "export", None) or format_of_path(getattr(ns, "output", None) or "")
 
 
 def default_output(events_path, fmt: str = "csv") -> str:
@@ -185,8 +184,8 @@ class Outputs:
         done = Written(rows, answer)
         where = (f"; every event is in {log_path}: export again with `tracetui show {log_path} -o OTHER.csv`"
                  if log_path else "")
-        text = (summary_csv(rows) if self.fmt == "csv"
-                else summary_json(rows, answer, time_spent(results), self.handoff_data(answer)))
+        text = FORMATS[self.fmt].write(Summary(rows, answer, lambda: time_spent(results),
+                                               lambda: self.handoff_data(answer)))
         for what, path, body in (("summary", self.summary, lambda: text),
                                  ("steps", self.steps, lambda: steps_csv(results))):
             if not path:

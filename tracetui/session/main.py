@@ -41,6 +41,7 @@ from ..events.schema import (
     UNPLANNED_KINDS,
 )
 from ..launch.dialects import ConfigFile, environment_of, launcher_for
+from ..outputs.export import FORMATS
 from ..outputs.writer import Outputs
 from ..runner.lifetime import check_start_env, forking, trial_context
 from ..runner.preflight import (
@@ -93,7 +94,7 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
     """The output flags every mode takes (:mod:`tracetui.outputs.writer` writes them). ``answer``: also
     the flags that decide the answer, for the commands without a sweep's settings (show, watch)."""
     g = p.add_argument_group("output")
-    g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
+    g.add_argument("--export", choices=FORMATS, help="run headless and write the summary in this format")
     g.add_argument("-o", "--output", default=None,
                    help=f"summary path (default: {default_out}, named after the sweep; - for stdout); "
                         "a file already there is refused unless --force")

@@ -20,10 +20,10 @@ from pathlib import Path
 from ..analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
 from ..analysis.applied import derived_note
 from ..analysis.between import closing_notes
-from .emit import config_trainer, script_changes, script_file, shown_path, winning_command, winning_line, write_config
+from .emit import script_changes, script_file, shown_path, winning_line, write_config
 from .export import FORMATS, Summary, format_of_path, steps_csv
 from ..core.paths import OutputRefused, output_file_problem, write_whole
-from ..launch.dialects import DROPPED
+from ..launch.dialects import launcher_for
 from ..core.trial import Trial
 
 
@@ -119,8 +119,7 @@ class Outputs:
         #: the swept script's command (for its emitted config and the winning command line)
         self.cmd = list(cmd) if cmd else None
         #: how the recommendation says a trial: a config-file trainer's own keys, else SFTConfig's
-        trainer = config_trainer(self.cmd)
-        self.speak = trainer.words(self.cmd) if trainer is not None else None
+        self.speak = launcher_for(self.cmd).words(self.cmd) if self.cmd else None
         #: whether the user named an output (a replay writes at its end only then)
         self.explicit = False
         self._own: set[str] = set()
@@ -205,13 +204,8 @@ class Outputs:
         """What the JSON says of the recommendation handed on: the winning command, the config file."""
         out: dict = {"policy": {"allow_result_changes": self.policy.allow_result_changes,
                                 "allow_busy": self.policy.allow_busy}}
-        if answer.best and self.cmd:
-            trainer = config_trainer(self.cmd)
-            if trainer is None:
-                out["command"] = shlex.join(winning_command(self.cmd, answer.best[0]))
-            else:  # a config-file trainer: the keys its config gets
-                _text, changed = trainer.recommended(list(self.cmd), Trial.from_fields(answer.best[0]))
-                out["config_keys"] = {k: (None if new is DROPPED else new) for k, _old, new in changed}
+        if answer.best and self.cmd:  # the command, or a config-file trainer's keys
+            out.update(launcher_for(self.cmd).handoff(self.cmd, Trial.from_fields(answer.best[0])))
         if self.emit_config:
             out["emitted_config"] = self.emit_config if answer.best else None
         found = script_changes(answer.best[0], self.cmd)[0] if answer.best else None

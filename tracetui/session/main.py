@@ -40,7 +40,8 @@ from ..events.schema import (
     STEP,
     UNPLANNED_KINDS,
 )
-from ..launch.dialects import ConfigFile, environment_of, launcher_for
+from ..launch.dialects import ConfigFile, launcher_for
+from ..launch.fork import environment_of
 from ..outputs.export import FORMATS
 from ..outputs.writer import Outputs
 from ..runner.lifetime import check_start_env, forking, trial_context

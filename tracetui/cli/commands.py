@@ -23,7 +23,8 @@ from ..session.main import (EXIT_NONE_OK, Parser, StopSignals, UsageError, add_o
                             check_writable, load_config, progress_printer, run_headless, say, write_and_report)
 from ..events.log import EventLog, read_events
 from ..core.text import clean
-from ..events.wire import ListenerError, SocketListener, default_socket_path, socket_origin
+from ..events.sockpath import ListenerError, default_socket_path, socket_origin
+from ..events.wire import SocketListener
 
 
 def _show_parser() -> Parser:

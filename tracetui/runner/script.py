@@ -29,7 +29,8 @@ from ..core.knobs import KNOBS
 from ..planning.plan import Planner, RunSpec
 from ..events.log import EventLog
 from ..core.trial import Trial
-from ..events.wire import SocketListener, private_socket
+from ..events.sockpath import private_socket
+from ..events.wire import SocketListener
 from . import forkrun
 from ..launch.dialects import SPLIT_FLAGS, TrialCommand, _option, launcher_for, script_parts, takes_flags, world_size
 from ..launch.fork import ForkTarget, environment_of, fork_target

@@ -15,7 +15,7 @@ from ..runner.sweep import Sweep, ensure_resource_tracker, new_sweep_id
 from ..session.main import (EXIT_INTERRUPTED, StopSignals, deferred_checks, exit_status, fail_line,
                             no_split_finished, report, say)
 from ..core.text import clean
-from ..events.wire import ListenerError, default_socket_path, prepare_socket_path
+from ..events.sockpath import ListenerError, default_socket_path, prepare_socket_path
 from .app import TraceApp, sweep_subtitle
 from .sources import CommandSource, PreparingSource, ReplaySource, SweepSource, WatchSource
 from .terminal import no_terminal, run_on_terminal

@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets.data_table import CellDoesNotExist
 
 from ..analysis import Results, time_line, time_spent
 from ..outputs.writer import Outputs, output_format
@@ -474,7 +475,7 @@ class TraceApp(Quitting, TableFilter, App):
             return
         try:
             row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        except Exception:  # noqa: BLE001 - empty table
+        except CellDoesNotExist:  # an empty table
             self.say("no run selected", "warning")
             return
         label = run_name(row_key, self.results.runs.get(row_key), multi_machine(self.results),

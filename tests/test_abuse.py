@@ -22,7 +22,10 @@ from tracetui.events import wire
 from tracetui.events.schema import make
 from tracetui.runner import runlog
 from tracetui.events.log import read_events
-from tracetui.events.wire import HELLO, ListenerError, SocketListener, SocketSink
+from tracetui.events.schema import dumps
+from tracetui.events.sender import SocketSink
+from tracetui.events.sockpath import ListenerError
+from tracetui.events.wire import HELLO, SocketListener
 
 from .conftest import ROOT, read_csv, run_main, wait_until
 
@@ -100,11 +103,11 @@ def test_a_connection_that_sends_no_event_is_closed_after_a_while(tmp_path):
             assert s.recv(64) == HELLO
         partial.sendall(b'{"v": 1, "type": "st')
         garbage.sendall(b"not an event\n")
-        client.sendall((wire.dumps(_step("kept")) + "\n").encode())
+        client.sendall((dumps(_step("kept")) + "\n").encode())
         wait_until(lambda: listener.dropped.get(wire.SILENT, 0) == 3, 10)
         for s in (quiet, partial, garbage):
             assert s.recv(64) == b""  # closed by the listener
-        client.sendall((wire.dumps(_step("kept", 2)) + "\n").encode())
+        client.sendall((dumps(_step("kept", 2)) + "\n").encode())
         wait_until(lambda: len(got) == 2, 5)
     finally:
         for s in (quiet, partial, garbage, client):
@@ -123,7 +126,7 @@ def test_past_the_limit_of_clients_a_new_one_is_refused_and_said(tmp_path):
         for i in range(3):
             c = socket.socket(socket.AF_UNIX)
             c.connect(path)
-            c.sendall((wire.dumps(_step(f"c{i}")) + "\n").encode())
+            c.sendall((dumps(_step(f"c{i}")) + "\n").encode())
             clients.append(c)
         wait_until(lambda: len(got) == 3, 5)
         sink = _client_sends(path, tmp_path, "late")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tracetui.events.wire import ListenerError, SocketListener
+from tracetui.events.sockpath import ListenerError
+from tracetui.events.wire import SocketListener
 from tracetui.events.schema import make
 from tracetui.events.log import read_events
 
@@ -247,7 +248,7 @@ def test_under_a_temp_dir_too_long_for_a_socket_tracetuis_sockets_go_to_tmp(tmp_
     import shutil
     import tempfile
 
-    from tracetui.events.wire import default_socket_dir, private_socket
+    from tracetui.events.sockpath import default_socket_dir, private_socket
 
     long_tmp = tmp_path / ("scratch-" + "x" * 90)
     long_tmp.mkdir()

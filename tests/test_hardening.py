@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracetui.events import wire
-from tracetui.events.wire import HELLO, SocketListener, SocketSink
+from tracetui.events.sender import SocketSink
+from tracetui.events.wire import HELLO, SocketListener
 from tracetui.events.schema import make, parse_line, validate
 from tracetui.events.log import EventLog, read_events
 
@@ -333,7 +334,8 @@ def test_default_socket_folder_that_others_could_write_is_refused(short_tmp, own
     assert stat.S_IMODE(folder.stat().st_mode) == (0o700 if owner == "other" else 0o777)  # left as found
     # the callback does not trust a socket there either: its events go to its file
     code = textwrap.dedent(f"""
-        from tracetui.events.wire import SocketSink, default_socket_path
+        from tracetui.events.sender import SocketSink
+        from tracetui.events.sockpath import default_socket_path
         from tracetui.events.schema import make
         s = SocketSink(default_socket_path(), {str(tmp_path / 'cb.jsonl')!r})
         s.emit(make("notice", "r", message="m")); s.close()

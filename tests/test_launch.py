@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from tracetui.core.config import ConfigError
-from tracetui.launch.dialects import DROPPED, ConfigFile, Flags, fork_target, launcher_for, world_size
+from tracetui.launch.dialects import DROPPED, ConfigFile, Flags, launcher_for, world_size
+from tracetui.launch.fork import fork_target
 from tracetui.launch.yaml_edit import ADDED, edit
 from tracetui.core.trial import Trial
 
@@ -555,3 +556,52 @@ def test_a_sweep_of_a_config_trainer_keeps_its_file_and_says_its_own_effective_b
         "micro_batch_size: &mb 2   # per device", "eval_batch_size: *mb      # the same as training",
         "gradient_accumulation_steps: 4  # effective 8"]
     assert (tmp_path / "cfg.yml").read_text() == ANCHORED
+
+
+def test_a_kind_of_launcher_is_one_entry_that_the_handoff_reads(tmp_path, monkeypatch):
+    """A new kind of command (here a toy trainer given its split as ``mb=N ga=N`` and run on a
+    config of its own) is one class in :data:`KINDS`: the trial's command, the recommendation's
+    line, its JSON, the emitted config and the patch's refusal all come from its methods."""
+    from tracetui.analysis import Policy
+    from tracetui.core.config import SweepConfig
+    from tracetui.launch import dialects
+    from tracetui.launch.dialects import TrialCommand
+    from tracetui.launch.plan import script_command
+    from tracetui.outputs.emit import check_patch_target, script_changes, winning_line, write_config
+    from tracetui.outputs.writer import Answer, Outputs
+
+    class Toy(Flags):
+        name = "toytrain"
+        own_code = False
+
+        @classmethod
+        def recognise(cls, cmd):
+            return cls() if cmd and cmd[0] == "toytrain" else None
+
+        def trial_command(self, cmd, trial, folder=None):
+            return TrialCommand(cmd + [f"mb={trial.micro_batch}", f"ga={trial.grad_accum}"])
+
+        def own_config(self, cmd, trial, path):
+            return f"mb = {trial.micro_batch}\nga = {trial.grad_accum}\n", cmd + ["--config", path], ["toy note"]
+
+        def check_patch(self, cmd):
+            raise ConfigError("--emit-patch", "toytrain has no script", "drop it")
+
+    monkeypatch.setattr(dialects, "KINDS", [*dialects.KINDS, Toy])
+    cmd = ["toytrain", "--steps", "3"]
+    row = {**Trial(4, 2).fields(), "trial": "4x2"}
+    assert isinstance(launcher_for(cmd), Toy)
+    assert script_command(cmd, Trial(4, 2)) == cmd + ["mb=4", "ga=2"]
+    assert winning_line(cmd, row) == "the recommendation's command: toytrain --steps 3 mb=4 ga=2"
+    out = tmp_path / "best.toml"
+    assert write_config(str(out), row, SweepConfig(), cmd) == (
+        f"toytrain config for 4x2 in {out}: toytrain --steps 3 --config {out}", ["toy note"])
+    assert out.read_text() == "mb = 4\nga = 2\n"
+    with pytest.raises(ConfigError, match="toytrain has no script"):
+        check_patch_target(cmd)
+    assert script_changes(row, cmd) == (None, "not a swept script")
+    data = Outputs("-", cmd=cmd).handoff_data(Answer("", "", "", (row,), Policy()))
+    assert data["command"] == "toytrain --steps 3 mb=4 ga=2"
+    # without the entry, the same command is a script given flags
+    monkeypatch.setattr(dialects, "KINDS", [k for k in dialects.KINDS if k is not Toy])
+    assert type(launcher_for(cmd)) is Flags

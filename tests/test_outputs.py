@@ -65,6 +65,28 @@ def test_show_headless_honours_every_output_flag_and_says_the_answer_it_writes(t
     assert run_main("show", DATA, "--export", "json", "-o", out, "--force").returncode == 0
 
 
+def test_a_summary_format_is_one_entry_in_the_registry(tmp_path, monkeypatch):
+    """A format registered once is an --export choice, the format of a file with its extension,
+    and what the writer writes."""
+    from tracetui.outputs import export
+
+    def tsv(summary):
+        return "".join("\t".join(str(r.get(k, "")) for k in ("trial", "recommended")) + "\n" for r in summary.rows)
+
+    monkeypatch.setitem(export.FORMATS, "tsv", export.Format("tsv", (".tsv",), tsv))
+    out = tmp_path / "x.tsv"
+    proc = run_main("show", DATA, "--export", "tsv", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    lines = out.read_text().splitlines()
+    assert lines and all(len(line.split("\t")) == 2 for line in lines) and any(line.endswith("\tTrue") for line in lines)
+    assert f"summary in {out}" in _closing(proc.stderr)
+    # the extension alone chooses it, as .json chooses JSON
+    from tracetui.outputs.writer import output_format
+    assert output_format(type("ns", (), {"output": str(out), "export": None})) == "tsv"
+    monkeypatch.delitem(export.FORMATS, "tsv")
+    assert run_main("show", DATA, "--export", "tsv", "-o", tmp_path / "y.tsv").returncode == 2
+
+
 def test_a_symbolic_link_is_never_written_through(tmp_path):
     target = tmp_path / "precious.txt"
     target.write_text("mine")

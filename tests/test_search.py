@@ -223,3 +223,19 @@ def test_real_cpu_search_runs_a_trial_predicted_not_to_fit_when_asked_and_its_oo
     assert big["status"] == "oom" and "out of memory at micro-batch 8" in big["message"]
     assert big["predicted_mem_gib"] > limit * 0.9 and "(--run-unfit)" in big["why"]
     assert rows["4x2"]["status"] == "ok" and "below micro-batch 8, which ran out of memory" in rows["4x2"]["why"]
+
+
+def test_a_card_nvml_cannot_read_leaves_the_search_unbounded_and_says_why(monkeypatch, capsys):
+    import pynvml
+
+    from tracetui.planning.search import make_search
+
+    def fails():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", fails)
+    planner = make_search(SweepConfig(device="cuda"), [Trial(1, 4), Trial(2, 2), Trial(4, 1)])
+    assert planner.limit is None
+    said = capsys.readouterr().err
+    assert "no memory bound: NVML cannot read the card's memory" in said and "--memory-limit" in said
+    assert planner.notes()[0].startswith("search: no memory bound: NVML cannot read the card's memory")

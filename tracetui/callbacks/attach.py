@@ -1,7 +1,7 @@
 """Attach mode: measure an existing TRL/transformers training script.
 
 ``TraceCallback`` is the sweep's probe as a callback for the user's own trainer. It sends the same
-events over a local UNIX socket to ``tracetui watch`` (:mod:`tracetui.events.wire`: to a JSONL file when
+events over a local UNIX socket to ``tracetui watch`` (:mod:`tracetui.events.sender`: to a JSONL file when
 nothing listens). It never raises into training and never blocks it.
 """
 
@@ -20,7 +20,8 @@ from ..probe import apply
 from ..probe.environment import environment
 from ..probe.gpu import GpuSampler, physical_index
 from ..core.trial import Trial
-from ..events.wire import SocketSink, default_socket_path, script_say
+from ..events.sender import SocketSink, script_say
+from ..events.sockpath import default_socket_path
 
 
 def _run_id() -> str:

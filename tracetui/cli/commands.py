@@ -31,7 +31,8 @@ from ..session.progress import progress_printer
 from ..session.signals import StopSignals
 from ..events.log import EventLog, read_events
 from ..core.text import clean
-from ..events.wire import ListenerError, SocketListener, default_socket_path, socket_origin
+from ..events.sockpath import ListenerError, default_socket_path, socket_origin
+from ..events.wire import SocketListener
 
 
 def _show_parser() -> Parser:

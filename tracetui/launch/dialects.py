@@ -15,17 +15,14 @@ Three kinds of command:
   values replaced in place (:mod:`.yaml_edit`): comments, anchors and order kept, and what a
   change would change beside it (an alias of a changed value) said and written out.
 
-:func:`launcher_for` picks the kind; :func:`fork_target` says whether a command's runs can be
-forked (tracetui's own interpreter runs it, no launcher of processes in front).
+:func:`launcher_for` picks the kind (:data:`KINDS`, the registry of kinds of command);
+:mod:`.fork` says whether a command's runs can be forked.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -35,6 +32,7 @@ import yaml
 from ..core.config import ConfigError
 from ..core.knobs import KNOBS, fmt, script_args
 from ..core.trial import Trial
+from .fork import environment_of
 from .yaml_edit import EditError, edit
 
 SPLIT_FLAGS = ("--per_device_train_batch_size", "--gradient_accumulation_steps")
@@ -155,6 +153,15 @@ class Flags:
     reaches the command, and keeps the rest."""
 
     name = "flags"
+    #: whether the command runs the user's own Python code, which may set the trainer's values
+    #: itself: the recommendation is then also a change of its source (``--emit-patch``)
+    own_code = True
+
+    @classmethod
+    def recognise(cls, cmd: list[str]) -> "Flags | None":
+        """This kind of launcher for ``cmd``, or None where ``cmd`` is not of this kind (a kind
+        in :data:`KINDS`). Flags is the kind of every command no other kind recognises."""
+        return cls()
 
     def check(self, cmd: list[str], varied: dict) -> None:
         """Refuse a command that already fixes what the sweep sets per trial, or a varied
@@ -197,6 +204,36 @@ class Flags:
     def notes(self) -> list[str]:
         """What the runs of this kind of command get that the user did not write (one line each)."""
         return []
+
+    # ---- the recommendation handed back -----------------------------------------------------
+    def words(self, cmd: list[str]) -> Callable[[dict], str] | None:
+        """How a recommendation says a trial in this command's own terms (:func:`tracetui.analysis.
+        recommendation`'s ``speak``), or None: in ``SFTConfig``'s."""
+        return None
+
+    def handoff(self, cmd: list[str], trial: Trial) -> dict[str, Any]:
+        """What the summary's JSON says of the recommended ``trial``: the command that runs it."""
+        return {"command": shlex.join(self.trial_command(cmd, trial).argv)}
+
+    def winning_line(self, cmd: list[str], trial: Trial, emitted: str | None = None) -> str:
+        """What the recommendation changes in the user's command, as one line; ``emitted``: the
+        file ``--emit-config`` wrote, where the command can run on it."""
+        return f"the recommendation's command: {shlex.join(self.trial_command(cmd, trial).argv)}"
+
+    def own_config(self, cmd: list[str], trial: Trial, path: str) -> tuple[str, list[str], list[str]] | None:
+        """The recommendation as this command's own config file, to be written at ``path``: its
+        text, the command that runs on it, and notes (one line each); None where the command
+        has no config of its own (``--emit-config`` then writes a TRL config)."""
+        return None
+
+    def check_patch(self, cmd: list[str]) -> None:
+        """Refuse ``--emit-patch`` (one :class:`ConfigError` line) for a command with no source of
+        the user's that takes the split: ``trl sft`` takes it on its command line."""
+        program = script_parts(list(cmd))[1]
+        if program.startswith("trl "):
+            raise ConfigError("--emit-patch", f"{program} takes the split on its command line: the "
+                              "recommendation's command is the handoff",
+                              "drop it; --emit-config FILE.yaml writes it as a config file")
 
 
 @dataclass(frozen=True)
@@ -263,9 +300,16 @@ def dialect_of(cmd: list[str]) -> tuple[Dialect, int] | None:
 class ConfigFile(Flags):
     """axolotl, LLaMA-Factory: a per-trial copy of the user's YAML with the keys changed."""
 
+    own_code = False
+
     def __init__(self, dialect: Dialect, index: int):
         self.dialect, self.index = dialect, index
         self.name = dialect.name
+
+    @classmethod
+    def recognise(cls, cmd: list[str]) -> "ConfigFile | None":
+        found = dialect_of(cmd)
+        return cls(*found) if found else None
 
     def _source(self, cmd: list[str]) -> tuple[Path, str, dict]:
         path = Path(cmd[self.index])
@@ -353,6 +397,36 @@ class ConfigFile(Flags):
         """:meth:`handed` without what its edit did beside the keys."""
         return self.handed(cmd, trial)[:2]
 
+    def handoff(self, cmd: list[str], trial: Trial) -> dict[str, Any]:
+        """The keys the config gets (None: left out)."""
+        changed = self.recommended(list(cmd), trial)[1]
+        return {"config_keys": {k: (None if new is DROPPED else new) for k, _old, new in changed}}
+
+    def winning_line(self, cmd: list[str], trial: Trial, emitted: str | None = None) -> str:
+        """The keys the config gets (and the command on the emitted file, when there is one)."""
+        changed = self.recommended(list(cmd), trial)[1]
+        keys = ", ".join(f"{k}: {v}" for k, _old, v in changed) or "nothing (it is the config's own)"
+        line = f"the recommendation's keys for {cmd[self.index]}: {keys}"
+        if emitted:
+            line += f"; run {shlex.join(self._on(cmd, emitted))}"
+        return line
+
+    def own_config(self, cmd: list[str], trial: Trial, path: str) -> tuple[str, list[str], list[str]]:
+        """The user's config with the recommended keys (its comments and order kept)."""
+        text, changed, said = self.handed(list(cmd), trial)
+        return text, self._on(cmd, path), [f"{k}: {old} -> {new}" for k, old, new in changed] + said
+
+    def _on(self, cmd: list[str], path: str) -> list[str]:
+        """``cmd`` run on the config at ``path``."""
+        argv = list(cmd)
+        argv[self.index] = path
+        return argv
+
+    def check_patch(self, cmd: list[str]) -> None:
+        raise ConfigError("--emit-patch", f"{self.name} takes the split from its config file "
+                          f"{cmd[self.index]}, not from a script of yours",
+                          "drop it; --emit-config FILE writes that config with the recommended keys")
+
     def own_split(self, data: dict) -> tuple[int, int, str] | None:
         """The split the user's config trains (per process): micro-batch, accumulation, and how
         the config says it; None where a split key is not a whole number."""
@@ -404,126 +478,15 @@ def fmt_yaml(value: Any) -> str:
     return "true" if value is True else "false" if value is False else "null" if value is None else str(value)
 
 
+#: the kinds of command besides :class:`Flags` (each a :class:`Flags` whose ``recognise`` says
+#: whether a command is its kind), asked in order; a new kind of launcher is one entry here
+KINDS: list[type[Flags]] = [ConfigFile]
+
+
 def launcher_for(cmd: list[str]) -> Flags:
-    found = dialect_of(cmd)
-    return ConfigFile(*found) if found else Flags()
-
-
-# ---- forked starts ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ForkTarget:
-    """What a forked run executes as its ``__main__``: a file (a script, a console script) or a
-    module; ``argv0``: its ``sys.argv[0]``; ``path0``: its ``sys.path[0]``; ``args``: the rest of
-    its ``sys.argv``."""
-    kind: str  # "path" or "module"
-    target: str
-    argv0: str
-    path0: str
-    args: tuple[str, ...] = ()
-
-
-#: interpreter options a forked run honours (the rest start a fresh interpreter)
-FORKABLE_OPTIONS = ("-u",)
-#: commands that start processes of their own: never forked
-NOT_FORKED = ("accelerate", "torchrun", "deepspeed", "torch.distributed.run", "torch.distributed.launch",
-              "accelerate.commands.launch", "accelerate.commands.accelerate_cli")
-#: libraries that patch transformers, TRL and PEFT as they are imported, and so must be imported
-#: before them: a script that imports one is never forked (the fork server has imported those)
-IMPORTED_FIRST = ("unsloth",)
-_IMPORTS_FIRST = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(IMPORTED_FIRST) + r")\b", re.MULTILINE)
-
-
-def imports_first(path: str) -> str | None:
-    """The library of :data:`IMPORTED_FIRST` that the script at ``path`` imports, or None."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    found = _IMPORTS_FIRST.search(text)
-    return found.group(1) if found else None
-
-
-def _prefix(python: str) -> str:
-    """The environment an interpreter runs in: its virtual environment's folder (pyvenv.cfg),
-    else its installation's."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    if os.path.isfile(os.path.join(here, "pyvenv.cfg")):
-        return here
-    return os.path.dirname(os.path.dirname(os.path.realpath(python)))
-
-
-def environment_of(cmd: list[str]) -> str | None:
-    """The folder of the Python environment (a virtual environment, a conda environment) whose
-    ``bin`` holds ``cmd``'s program, when it is not tracetui's own; else None."""
-    if not cmd:
-        return None
-    program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0])
-    if not program:
-        return None
-    home = os.path.dirname(os.path.dirname(os.path.abspath(program)))
-    if not any(os.path.exists(os.path.join(home, m)) for m in ("pyvenv.cfg", "conda-meta")):
-        return None
-    return None if os.path.abspath(home) == os.path.abspath(sys.prefix) else home
-
-
-def _this_interpreter(python: str | None) -> bool:
-    return bool(python) and _prefix(python) == _prefix(sys.executable) \
-        and os.path.basename(os.path.realpath(python)) == os.path.basename(os.path.realpath(sys.executable))
-
-
-def _shebang(path: str) -> str | None:
-    """The interpreter a console script names on its first line (``#!/venv/bin/python``), or None."""
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(512)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode("utf-8", "replace").split()
-    if not words:
-        return None
-    if os.path.basename(words[0]) == "env" and len(words) > 1:
-        return shutil.which(words[1])
-    return words[0] if "python" in os.path.basename(words[0]) else None
-
-
-def fork_target(cmd: list[str], cwd: str | None = None) -> tuple[ForkTarget | None, str]:
-    """Whether ``cmd``'s runs can be forked from this process's fork server, and why not: a
-    Python script, ``-m module`` or console script run by this very interpreter (its
-    environment), with no launcher of processes in front."""
-    cwd = cwd or os.getcwd()
-    if not cmd:
-        return None, "no command"
-    program = cmd[0] if os.sep in cmd[0] else (shutil.which(cmd[0]) or cmd[0])
-    name = os.path.basename(program)
-    if name in NOT_FORKED:
-        return None, f"{name} starts processes of its own"
-    if name.startswith("python"):
-        if not _this_interpreter(program):
-            return None, f"{program} is not the interpreter tracetui runs in ({sys.executable})"
-        rest = cmd[1:]
-        while rest and rest[0].startswith("-") and rest[0] != "-m":
-            if rest[0] not in FORKABLE_OPTIONS:
-                return None, f"the interpreter option {rest[0]}"
-            rest = rest[1:]
-        if len(rest) >= 2 and rest[0] == "-m":
-            if rest[1] in NOT_FORKED:
-                return None, f"{rest[1]} starts processes of its own"
-            return ForkTarget("module", rest[1], rest[1], cwd, tuple(rest[2:])), ""
-        if rest and rest[0].endswith(".py"):
-            # as typed (the run starts in ``cwd``): its argv[0] and __file__ are what the interpreter would give
-            script = os.path.join(cwd, rest[0])
-            first = imports_first(script)
-            if first:
-                return None, (f"the script imports {first}, which must come before transformers, TRL and PEFT, "
-                              "and the fork server has imported them")
-            return ForkTarget("path", rest[0], rest[0], os.path.dirname(os.path.abspath(script)), tuple(rest[1:])), ""
-        return None, "not a script or module"
-    interpreter = _shebang(program) if os.path.isfile(program) else None
-    if interpreter is None:
-        return None, f"{name} is not a Python program"
-    if not _this_interpreter(interpreter):
-        return None, f"{name} runs in another Python environment ({interpreter})"
-    return ForkTarget("path", program, program, os.path.dirname(os.path.abspath(program)), tuple(cmd[1:])), ""
+    """The kind of launcher ``cmd`` is: the first of :data:`KINDS` that recognises it, else flags."""
+    for kind in KINDS:
+        found = kind.recognise(cmd)
+        if found is not None:
+            return found
+    return Flags()

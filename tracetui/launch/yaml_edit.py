@@ -128,122 +128,51 @@ def _own_text(text: str, event, node: _Node) -> str:
     return text[start:node.end]
 
 
+@dataclass
+class _Doc:
+    """A parsed file: its text, its value, its events, its top mapping and each top key's entry."""
+    text: str
+    original: dict
+    events: list
+    top: Any
+    entries: dict[str, _Entry]
+    end_of_map: Any
+    doc_end: Any
+
+    def owner(self, n: int) -> str:
+        """The top key whose value holds event ``n`` ("" for none)."""
+        return next((x.key for x in self.entries.values() if x.value.first <= n <= x.value.last), "")
+
+
+@dataclass
+class _Cuts:
+    """What an edit does: the text's cuts, applied from the end, and what it says of them."""
+    #: (start, end, new text)
+    cuts: list[tuple[int, int, str]] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    #: event ranges whose text goes
+    replaced: list[tuple[int, int]] = field(default_factory=list)
+    #: event ranges whose anchored values change
+    changed_anchors: list[tuple[int, int]] = field(default_factory=list)
+
+
 def edit(text: str, changes: dict[str, Any], drop: tuple[str, ...] = ()) -> Edited:
     """``text`` (a YAML file whose top is a mapping) with each top-level key of ``changes`` set
     to its value and the keys of ``drop`` left out, in the text itself (see the module)."""
-    try:
-        original = yaml.safe_load(text)
-        events = list(yaml.parse(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        raise EditError(f"is not valid YAML ({exc})".splitlines()[0]) from None
-    if not isinstance(original, dict) or len(events) < 3 or not isinstance(events[2], ev.MappingStartEvent):
-        raise EditError("does not hold a mapping of keys")
-    top = events[2]
-    entries: dict[str, _Entry] = {}  # the last of a repeated key is the one that counts
-    i = 3
-    while not isinstance(events[i], ev.MappingEndEvent):
-        k = events[i]
-        _knode, i = _node(events, i)
-        value, i = _node(events, i)
-        if isinstance(k, ev.ScalarEvent):
-            entries[k.value] = _Entry(k.value, k.start_mark.index, k.end_mark.index, value)
-    end_of_map = events[i]
-    doc_end = events[i + 1] if i + 1 < len(events) else None
-
-    # anchors and the aliases of each, in order (a name defined again means the later one after it)
-    defined: dict[str, int] = {}
-    aliases: list[tuple[int, int]] = []  # (alias event, its anchor's event)
-    for n, e in enumerate(events):
-        if isinstance(e, ev.AliasEvent):
-            aliases.append((n, defined[e.anchor]))
-        elif isinstance(e, (ev.ScalarEvent, ev.CollectionStartEvent)) and e.anchor:
-            defined[e.anchor] = n
-
-    def owner(n: int) -> str:
-        return next((x.key for x in entries.values() if x.value.first <= n <= x.value.last), "")
-
-    said: list[str] = []
-    cuts: list[tuple[int, int, str]] = []  # (start, end, new text), applied from the end
-    replaced: list[tuple[int, int]] = []  # event ranges whose text goes
-    changed_anchors: list[tuple[int, int]] = []  # event ranges whose anchored values change
+    doc = _parse(text)
+    done = _Cuts()
     for key, value in changes.items():
-        entry = entries.get(key)
-        if entry is None:
-            continue
-        node, first = entry.value, events[entry.value.first]
-        if isinstance(first, ev.AliasEvent):
-            cuts.append((node.start, node.end, _scalar(value)))
-            said.append(f"{key} was *{first.anchor}: it now holds {_scalar(value)} itself "
-                        f"(the anchor &{first.anchor} and its other uses keep their value)")
-            continue
-        start = node.start
-        if first.anchor:
-            m = _ANCHOR.match(text, start)
-            start = m.end() if m else start
-        changed_anchors.append((node.first, node.last))
-        style = first.style if isinstance(first, ev.ScalarEvent) and isinstance(value, str) else None
-        new = _scalar(value, style if style in ("'", '"') else None)
-        if isinstance(first, ev.CollectionStartEvent) and not first.flow_style and not first.anchor:
-            # a block: from the key's colon to its last line
-            colon = re.compile(r"\s*:").match(text, entry.key_end)
-            start = colon.end() if colon else start
-            new = " " + new
-        elif start == 0 or not text[start - 1].isspace():
-            new = " " + new  # an empty value right after its colon, or an anchor with no blank after it
-        cuts.append((start, node.end, new))
-        replaced.append((node.first, node.last))
+        if key in doc.entries:
+            _set(doc, doc.entries[key], value, done)
     for key in drop:
-        entry = entries.get(key)
-        if entry is None:
-            continue
-        node = entry.value
-        if top.flow_style:
-            later = [x.key_start for x in entries.values() if x.key_start > entry.key_start]
-            comma = text.rfind(",", 0, entry.key_start)
-            cuts.append((entry.key_start, min(later), "") if later else
-                        (comma if comma > top.start_mark.index else entry.key_start, node.end, ""))
-        else:
-            cuts.append((_line_start(text, entry.key_start), _line_end(text, node.end), ""))
-        replaced.append((node.first, node.last))
-        changed_anchors.append((node.first, node.last))
-
-    # aliases of a changed or removed value, outside what is replaced: written out as they were
-    for n, target in aliases:
-        if any(a <= n <= b for a, b in replaced) or not any(a <= target <= b for a, b in changed_anchors):
-            continue
-        alias, anchored = events[n], events[target]
-        source, _ = _node(events, target)
-        written = _own_text(text, anchored, source)
-        if "\n" in written.strip("\n") or (isinstance(anchored, ev.CollectionStartEvent) and not anchored.flow_style):
-            raise EditError(f"*{alias.anchor} in {owner(n) or 'a key'} is an alias of a block under "
-                            f"{owner(target)}, which tracetui changes; it cannot be written out on one line")
-        written = written.strip()
-        cuts.append((alias.start_mark.index, alias.end_mark.index, written))
-        where = owner(n)
-        site = where if where and entries[where].value.first == n else f"the *{alias.anchor} in {where or 'a key'}"
-        said.append(f"{site} keeps {written}: it was *{alias.anchor}, an alias of {owner(target)}'s value, "
-                    "written out so that it does not change with it")
-
-    # keys the file does not have: at the end, under a line saying who added them
-    newline = "\r\n" if "\r\n" in text else "\n"
-    added = [(k, v) for k, v in changes.items() if k not in entries]
-    if added:
-        if top.flow_style:
-            at = end_of_map.start_mark.index
-            lead = ", " if entries else ""
-            cuts.append((at, at, lead + ", ".join(f"{k}: {_scalar(v)}" for k, v in added)))
-        else:
-            indent = " " * top.start_mark.column if entries else ""
-            at = (_line_start(text, doc_end.start_mark.index) if isinstance(doc_end, ev.DocumentEndEvent)
-                  and doc_end.explicit else len(text))
-            block = (newline if at and text[at - 1] != "\n" else "") + indent + ADDED + newline
-            block += "".join(f"{indent}{k}: {_scalar(v)}{newline}" for k, v in added)
-            cuts.append((at, at, block))
-
+        if key in doc.entries:
+            _drop(doc, doc.entries[key], done)
+    _write_out_aliases(doc, done)
+    _add_missing(doc, [(k, v) for k, v in changes.items() if k not in doc.entries], done)
     out = text
-    for start, end, new in sorted(cuts, key=lambda c: (c[0], c[1]), reverse=True):
+    for start, end, new in sorted(done.cuts, key=lambda c: (c[0], c[1]), reverse=True):
         out = out[:start] + new + out[end:]
-    expected = {k: v for k, v in {**original, **changes}.items() if k not in drop}
+    expected = {k: v for k, v in {**doc.original, **changes}.items() if k not in drop}
     try:
         ok = yaml.safe_load(out) == expected
     except yaml.YAMLError:
@@ -251,4 +180,112 @@ def edit(text: str, changes: dict[str, Any], drop: tuple[str, ...] = ()) -> Edit
     if not ok:
         raise EditError(f"the keys {', '.join(list(changes) + list(drop))} could not be changed in the "
                         "file's own text")
-    return Edited(out, said)
+    return Edited(out, done.said)
+
+
+def _parse(text: str) -> _Doc:
+    """``text``'s events and top-level entries (the last of a repeated key is the one that counts)."""
+    try:
+        original = yaml.safe_load(text)
+        events = list(yaml.parse(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise EditError(f"is not valid YAML ({exc})".splitlines()[0]) from None
+    if not isinstance(original, dict) or len(events) < 3 or not isinstance(events[2], ev.MappingStartEvent):
+        raise EditError("does not hold a mapping of keys")
+    entries: dict[str, _Entry] = {}
+    i = 3
+    while not isinstance(events[i], ev.MappingEndEvent):
+        k = events[i]
+        _knode, i = _node(events, i)
+        value, i = _node(events, i)
+        if isinstance(k, ev.ScalarEvent):
+            entries[k.value] = _Entry(k.value, k.start_mark.index, k.end_mark.index, value)
+    return _Doc(text, original, events, events[2], entries, events[i], events[i + 1] if i + 1 < len(events) else None)
+
+
+def _set(doc: _Doc, entry: _Entry, value: Any, done: _Cuts) -> None:
+    """Replace ``entry``'s value with ``value`` where it stands (an anchor kept, an alias replaced)."""
+    text = doc.text
+    node, first = entry.value, doc.events[entry.value.first]
+    if isinstance(first, ev.AliasEvent):
+        done.cuts.append((node.start, node.end, _scalar(value)))
+        done.said.append(f"{entry.key} was *{first.anchor}: it now holds {_scalar(value)} itself "
+                         f"(the anchor &{first.anchor} and its other uses keep their value)")
+        return
+    start = node.start
+    if first.anchor:
+        m = _ANCHOR.match(text, start)
+        start = m.end() if m else start
+    done.changed_anchors.append((node.first, node.last))
+    style = first.style if isinstance(first, ev.ScalarEvent) and isinstance(value, str) else None
+    new = _scalar(value, style if style in ("'", '"') else None)
+    if isinstance(first, ev.CollectionStartEvent) and not first.flow_style and not first.anchor:
+        # a block: from the key's colon to its last line
+        colon = re.compile(r"\s*:").match(text, entry.key_end)
+        start = colon.end() if colon else start
+        new = " " + new
+    elif start == 0 or not text[start - 1].isspace():
+        new = " " + new  # an empty value right after its colon, or an anchor with no blank after it
+    done.cuts.append((start, node.end, new))
+    done.replaced.append((node.first, node.last))
+
+
+def _drop(doc: _Doc, entry: _Entry, done: _Cuts) -> None:
+    """Remove ``entry`` with its lines (in a flow mapping: with its comma)."""
+    node, top = entry.value, doc.top
+    if top.flow_style:
+        later = [x.key_start for x in doc.entries.values() if x.key_start > entry.key_start]
+        comma = doc.text.rfind(",", 0, entry.key_start)
+        done.cuts.append((entry.key_start, min(later), "") if later else
+                         (comma if comma > top.start_mark.index else entry.key_start, node.end, ""))
+    else:
+        done.cuts.append((_line_start(doc.text, entry.key_start), _line_end(doc.text, node.end), ""))
+    done.replaced.append((node.first, node.last))
+    done.changed_anchors.append((node.first, node.last))
+
+
+def _write_out_aliases(doc: _Doc, done: _Cuts) -> None:
+    """Each alias of a changed or removed value, outside what is replaced, written out as it was."""
+    events = doc.events
+    defined: dict[str, int] = {}  # a name defined again means the later one after it
+    aliases: list[tuple[int, int]] = []  # (alias event, its anchor's event)
+    for n, e in enumerate(events):
+        if isinstance(e, ev.AliasEvent):
+            aliases.append((n, defined[e.anchor]))
+        elif isinstance(e, (ev.ScalarEvent, ev.CollectionStartEvent)) and e.anchor:
+            defined[e.anchor] = n
+    for n, target in aliases:
+        if any(a <= n <= b for a, b in done.replaced) or not any(a <= target <= b for a, b in done.changed_anchors):
+            continue
+        alias, anchored = events[n], events[target]
+        source, _ = _node(events, target)
+        written = _own_text(doc.text, anchored, source)
+        if "\n" in written.strip("\n") or (isinstance(anchored, ev.CollectionStartEvent) and not anchored.flow_style):
+            raise EditError(f"*{alias.anchor} in {doc.owner(n) or 'a key'} is an alias of a block under "
+                            f"{doc.owner(target)}, which tracetui changes; it cannot be written out on one line")
+        written = written.strip()
+        done.cuts.append((alias.start_mark.index, alias.end_mark.index, written))
+        where = doc.owner(n)
+        site = (where if where and doc.entries[where].value.first == n
+                else f"the *{alias.anchor} in {where or 'a key'}")
+        done.said.append(f"{site} keeps {written}: it was *{alias.anchor}, an alias of {doc.owner(target)}'s value, "
+                         "written out so that it does not change with it")
+
+
+def _add_missing(doc: _Doc, added: list[tuple[str, Any]], done: _Cuts) -> None:
+    """Keys the file does not have: at the end, under a line saying who added them."""
+    if not added:
+        return
+    text, top = doc.text, doc.top
+    newline = "\r\n" if "\r\n" in text else "\n"
+    if top.flow_style:
+        at = doc.end_of_map.start_mark.index
+        lead = ", " if doc.entries else ""
+        done.cuts.append((at, at, lead + ", ".join(f"{k}: {_scalar(v)}" for k, v in added)))
+        return
+    indent = " " * top.start_mark.column if doc.entries else ""
+    at = (_line_start(text, doc.doc_end.start_mark.index) if isinstance(doc.doc_end, ev.DocumentEndEvent)
+          and doc.doc_end.explicit else len(text))
+    block = (newline if at and text[at - 1] != "\n" else "") + indent + ADDED + newline
+    block += "".join(f"{indent}{k}: {_scalar(v)}{newline}" for k, v in added)
+    done.cuts.append((at, at, block))

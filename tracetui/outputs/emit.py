@@ -47,8 +47,8 @@ from ..core.foreign import parser_actions
 from ..core.knobs import model_args
 from ..core.paths import write_whole
 from ..core.trial import Trial
-from ..launch.dialects import ConfigFile, launcher_for, script_parts
-from ..runner.script import run_plan, script_command
+from ..launch.dialects import launcher_for, script_parts
+from ..launch.plan import run_plan, script_command
 from .script_patch import Found, recommended_changes
 
 #: fields renamed between releases, the newest name first: a setting is written under the first
@@ -315,14 +315,8 @@ def _builtin_layers(row: dict, cfg: SweepConfig) -> tuple[list[dict], list[str]]
 
 def winning_command(cmd: list[str], row: dict) -> list[str]:
     """The user's command as the recommended trial ran it: its split and varied settings as
-    flags (:func:`tracetui.runner.script.script_command`, the command each trial was given)."""
+    flags (:func:`tracetui.launch.plan.script_command`, the command each trial was given)."""
     return script_command(list(cmd), Trial.from_fields(row))
-
-
-def config_trainer(cmd: list[str] | None) -> ConfigFile | None:
-    """The config-file trainer (axolotl, LLaMA-Factory) a swept command runs, or None."""
-    launcher = launcher_for(list(cmd)) if cmd else None
-    return launcher if isinstance(launcher, ConfigFile) else None
 
 
 def script_file(cmd: list[str] | None) -> str | None:
@@ -344,15 +338,7 @@ def check_patch_target(cmd: list[str] | None) -> None:
         raise ConfigError("--emit-patch", "patches a swept script (tracetui sweep --emit-patch FILE -- python "
                           "train.py): a built-in sweep has no script", "drop it; --emit-config FILE.yaml writes "
                           "the recommendation for trl sft")
-    trainer = config_trainer(cmd)
-    if trainer is not None:
-        raise ConfigError("--emit-patch", f"{trainer.name} takes the split from its config file "
-                          f"{cmd[trainer.index]}, not from a script of yours",
-                          "drop it; --emit-config FILE writes that config with the recommended keys")
-    program = script_parts(list(cmd))[1]
-    if program.startswith("trl "):
-        raise ConfigError("--emit-patch", f"{program} takes the split on its command line: the recommendation's "
-                          "command is the handoff", "drop it; --emit-config FILE.yaml writes it as a config file")
+    launcher_for(list(cmd)).check_patch(list(cmd))
 
 
 def script_changes(row: dict, cmd: list[str] | None) -> tuple[Found | None, str]:
@@ -360,7 +346,7 @@ def script_changes(row: dict, cmd: list[str] | None) -> tuple[Found | None, str]
     recommendation) that it does not take from its command line, and the edits that set them
     (:mod:`tracetui.outputs.script_patch`), from what its runs read back (``row['settings']``: ``applied``,
     ``args_origin``). ``(None, why)`` where the script has nothing to change."""
-    if not cmd or config_trainer(cmd) is not None:
+    if not cmd or not launcher_for(list(cmd)).own_code:
         return None, "not a swept script"
     plan = run_plan(Trial.from_fields(row), Path("."), given=False)
     planned = {k: v for k, v in plan["args"].items() if k != "output_dir"}
@@ -372,32 +358,20 @@ def winning_line(cmd: list[str], row: dict, emitted: str | None = None) -> str:
     """What the recommendation changes in the user's command, as one line: the command with the
     recommended trial's flags, or, for a config-file trainer, the keys its config gets (and the
     command on the emitted file, when there is one)."""
-    trainer = config_trainer(cmd)
-    if trainer is None:
-        return f"the recommendation's command: {shlex.join(winning_command(cmd, row))}"
-    _text, changed = trainer.recommended(list(cmd), Trial.from_fields(row))
-    keys = ", ".join(f"{k}: {v}" for k, _old, v in changed) or "nothing (it is the config's own)"
-    line = f"the recommendation's keys for {cmd[trainer.index]}: {keys}"
-    if emitted:
-        argv = list(cmd)
-        argv[trainer.index] = emitted
-        line += f"; run {shlex.join(argv)}"
-    return line
+    return launcher_for(list(cmd)).winning_line(list(cmd), Trial.from_fields(row), emitted)
 
 
 def write_config(path: str, row: dict, cfg: SweepConfig, cmd: list[str] | None = None) -> tuple[str, list[str]]:
     """Write the recommendation to ``path``: for a config-file trainer, the user's config with the
     recommended keys (its comments and order kept); else a TRL config (:func:`trl_config`). What
     was written, as words, and the notes."""
-    trainer = config_trainer(cmd)
-    if trainer is None:
+    trainer = launcher_for(list(cmd)) if cmd else None
+    own = trainer.own_config(list(cmd), Trial.from_fields(row), path) if trainer is not None else None
+    if trainer is None or own is None:
         notes = write_trl_config(path, row, cfg, cmd)
         return f"TRL config for {row['trial']} in {path}: trl sft --config {path}", notes
-    text, changed, said = trainer.handed(list(cmd), Trial.from_fields(row))
+    text, argv, notes = own
     write_whole(path, text)
-    argv = list(cmd)
-    argv[trainer.index] = path
-    notes = [f"{k}: {old} -> {new}" for k, old, new in changed] + said
     return f"{trainer.name} config for {row['trial']} in {path}: {shlex.join(argv)}", notes
 
 

@@ -1,10 +1,16 @@
 """The comparison as CSV or JSON text (one row per split), and every measured step as CSV text.
-Written to files by :mod:`tracetui.outputs.writer`, the one writer."""
+Written to files by :mod:`tracetui.outputs.writer`, the one writer.
+
+The summary's formats are one registry, :data:`FORMATS`: each :class:`Format` names itself, the
+extensions of the files it goes into and the function that writes it. ``--export``'s choices,
+the format a ``-o`` file's extension asks for, and the writer's choice of function all read it,
+so a new format is one :func:`register` call."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from ..events.schema import dumps
 from ..analysis import Results
@@ -88,3 +94,47 @@ def steps_csv(results: Results) -> str:
                 yield line
 
     return csv_text(STEP_COLUMNS, lines())
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a summary format writes from: the rows and their answer, and (asked for only by the
+    formats that hold them, as they take time) where the time went and the recommendation
+    handed on (:meth:`tracetui.outputs.writer.Outputs.handoff_data`)."""
+
+    rows: list[dict]
+    answer: Any
+    time: Callable[[], list[dict]]
+    handoff: Callable[[], dict]
+
+
+@dataclass(frozen=True)
+class Format:
+    """One summary format: its ``--export`` name, the extensions of the files it goes into
+    (lowercase, with the dot) and the function that writes its text."""
+
+    name: str
+    extensions: tuple[str, ...]
+    write: Callable[[Summary], str]
+
+
+#: every summary format by name, in ``--export``'s order; the first is the default
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def format_of_path(path: str, default: str = "csv") -> str:
+    """The format whose extension ``path`` has, else ``default``."""
+    low = (path or "").lower()
+    for fmt in FORMATS.values():
+        if any(low.endswith(ext) for ext in fmt.extensions):
+            return fmt.name
+    return default
+
+
+register(Format("csv", (".csv",), lambda s: summary_csv(s.rows)))
+register(Format("json", (".json",), lambda s: summary_json(s.rows, s.answer, s.time(), s.handoff())))

@@ -20,18 +20,17 @@ from pathlib import Path
 from ..analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
 from ..analysis.applied import derived_note
 from ..analysis.between import closing_notes
-from .emit import config_trainer, script_changes, script_file, shown_path, winning_command, winning_line, write_config
-from .export import steps_csv, summary_csv, summary_json
+from .emit import script_changes, script_file, shown_path, winning_line, write_config
+from .export import FORMATS, Summary, format_of_path, steps_csv
 from ..core.paths import OutputRefused, output_file_problem, write_whole
-from ..launch.dialects import DROPPED
+from ..launch.dialects import launcher_for
 from ..core.trial import Trial
 
 
 def output_format(ns) -> str:
-    """The summary's format: ``--export``'s, else the ``-o`` file's extension (JSON into
-    ``.json``), else CSV."""
-    out = getattr(ns, "output", None) or ""
-    return getattr(ns, "export", None) or ("json" if out.lower().endswith(".json") else "csv")
+    """The summary's format: ``--export``'s, else the one whose extension the ``-o`` file has
+    (:data:`tracetui.outputs.export.FORMATS`: JSON into ``.json``), else CSV."""
+    return getattr(ns, "export", None) or format_of_path(getattr(ns, "output", None) or "")
 
 
 def default_output(events_path, fmt: str = "csv") -> str:
@@ -120,8 +119,7 @@ class Outputs:
         #: the swept script's command (for its emitted config and the winning command line)
         self.cmd = list(cmd) if cmd else None
         #: how the recommendation says a trial: a config-file trainer's own keys, else SFTConfig's
-        trainer = config_trainer(self.cmd)
-        self.speak = trainer.words(self.cmd) if trainer is not None else None
+        self.speak = launcher_for(self.cmd).words(self.cmd) if self.cmd else None
         #: whether the user named an output (a replay writes at its end only then)
         self.explicit = False
         self._own: set[str] = set()
@@ -185,8 +183,8 @@ class Outputs:
         done = Written(rows, answer)
         where = (f"; every event is in {log_path}: export again with `tracetui show {log_path} -o OTHER.csv`"
                  if log_path else "")
-        text = (summary_csv(rows) if self.fmt == "csv"
-                else summary_json(rows, answer, time_spent(results), self.handoff_data(answer)))
+        text = FORMATS[self.fmt].write(Summary(rows, answer, lambda: time_spent(results),
+                                               lambda: self.handoff_data(answer)))
         for what, path, body in (("summary", self.summary, lambda: text),
                                  ("steps", self.steps, lambda: steps_csv(results))):
             if not path:
@@ -206,13 +204,8 @@ class Outputs:
         """What the JSON says of the recommendation handed on: the winning command, the config file."""
         out: dict = {"policy": {"allow_result_changes": self.policy.allow_result_changes,
                                 "allow_busy": self.policy.allow_busy}}
-        if answer.best and self.cmd:
-            trainer = config_trainer(self.cmd)
-            if trainer is None:
-                out["command"] = shlex.join(winning_command(self.cmd, answer.best[0]))
-            else:  # a config-file trainer: the keys its config gets
-                _text, changed = trainer.recommended(list(self.cmd), Trial.from_fields(answer.best[0]))
-                out["config_keys"] = {k: (None if new is DROPPED else new) for k, _old, new in changed}
+        if answer.best and self.cmd:  # the command, or a config-file trainer's keys
+            out.update(launcher_for(self.cmd).handoff(self.cmd, Trial.from_fields(answer.best[0])))
         if self.emit_config:
             out["emitted_config"] = self.emit_config if answer.best else None
         found = script_changes(answer.best[0], self.cmd)[0] if answer.best else None

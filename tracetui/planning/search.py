@@ -54,7 +54,8 @@ from ..core.trial import Trial
 #: share of the memory bound a predicted peak may take (the recommendation's headroom)
 HEADROOM = MEMORY_SHARE
 #: relative difference of two medians taken as real when there are too few steps for intervals:
-#: fresh processes of one split differ by about 8-10% on an H200 host (README)
+#: fresh processes of one split differ by several percent from one another (the README's
+#: repeatability figures), so a smaller difference is not taken as the split's
 RESOLUTION = 0.10
 #: a step predicted from the time per micro-batch measured elsewhere (another accumulation, a
 #: probe) is taken as this fraction of the prediction before calling it hopeless: the probe's
@@ -366,9 +367,12 @@ class SearchPlanner(Planner):
                 why = "skipped: nothing of this effective batch could run"
             self._skip(t, why)
 
+    #: why the search has no memory bound where a card was expected (NVML could not read it)
+    unbounded_why = ""
+
     # ---- what it concluded -------------------------------------------------------------------
     def notes(self) -> list[str]:
-        out = []
+        out = [f"search: {self.unbounded_why}"] if self.unbounded_why else []
         for fam in self.families.values():
             line = fam.memory.line()
             tag = ""
@@ -396,7 +400,8 @@ class SearchPlanner(Planner):
         first = ("the largest micro-batch (no memory bound: no probes)" if self.limit is None else
                  "memory probes, then the largest micro-batch not yet out of memory (--run-unfit)" if self.run_unfit
                  else "memory probes, then the largest micro-batch predicted to fit")
-        return [f"search: decided as it goes: {first}, then its neighbours among the divisors"]
+        return out[:1 if self.unbounded_why else 0] + [f"search: decided as it goes: {first}, then its neighbours "
+                                                        "among the divisors"]
 
 
 def probe_length(cfg) -> int | None:
@@ -411,29 +416,44 @@ def probe_length(cfg) -> int | None:
 
 def card_gib(cfg, free: bool = False) -> float | None:
     """The first GPU's memory (GiB) where runs will train, from NVML (no CUDA in this process);
-    ``free``: what is free of it now."""
+    ``free``: what is free of it now. None on the CPU, or where NVML cannot say
+    (:func:`card_memory` says why)."""
+    return card_memory(cfg, free)[0]
+
+
+def card_memory(cfg, free: bool = False) -> tuple[float | None, str]:
+    """:func:`card_gib`, and why it is None ("" on the CPU, where no card was asked for)."""
     if cfg.device == "cpu":
-        return None
+        return None, ""
     try:
         import pynvml
-
+    except ImportError as exc:
+        return None, f"pynvml cannot be imported ({exc})"
+    try:
         pynvml.nvmlInit()
         index = physical_index((cfg.gpu_list() or [cfg.gpu_index()])[0])
         info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
-        return (info.free if free else info.total) / 2**30
-    except Exception:  # noqa: BLE001 - no NVML, no GPU: no card to fit
-        return None
+    except pynvml.NVMLError as exc:
+        return None, f"NVML cannot read the card's memory ({exc})"
+    return (info.free if free else info.total) / 2**30, ""
 
 
 def make_search(cfg, trials: list[Trial], short_runs: bool = True) -> SearchPlanner:
-    """The search for ``cfg``: bounded by ``--memory-limit``, else the card."""
+    """The search for ``cfg``: bounded by ``--memory-limit``, else the card. Where the card's
+    memory cannot be read, the search runs without a bound, and says so (on stderr, and in its
+    notes: the dry run's lines)."""
     probe_steps = probe_length(cfg) if short_runs else None
     if cfg.memory_limit is not None:
         return SearchPlanner(trials, cfg.repeats, cfg.memory_limit, "--memory-limit", run_unfit=cfg.run_unfit,
                              probe_steps=probe_steps)
-    card = card_gib(cfg)
-    return SearchPlanner(trials, cfg.repeats, card, "the card" if card else "", run_unfit=cfg.run_unfit,
-                         probe_steps=probe_steps)
+    card, why = card_memory(cfg)
+    planner = SearchPlanner(trials, cfg.repeats, card, "the card" if card else "", run_unfit=cfg.run_unfit,
+                            probe_steps=probe_steps)
+    if why:
+        planner.unbounded_why = (f"no memory bound: {why}; the largest micro-batch is tried first "
+                                 "(--memory-limit GIB gives a bound)")
+        say(f"tracetui: search: {planner.unbounded_why}")
+    return planner
 
 
 def wants_search(cfg, trials: list[Trial]) -> tuple[bool, str]:

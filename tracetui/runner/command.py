@@ -21,7 +21,8 @@ from typing import Callable
 from ..core import envvars
 from ..events.schema import NOTICE, RUN_STARTED, make
 from ..events.log import EventLog
-from ..events.wire import SocketListener, private_socket
+from ..events.sockpath import private_socket
+from ..events.wire import SocketListener
 from ..launch.dialects import launcher_for
 from .lifetime import end_run, new_tree, run_processes
 from .runlog import RunOutput

@@ -38,7 +38,7 @@ _INJECT = Path(__file__).resolve().parent.parent / "inject" / "sitecustomize.py"
 
 def run(payload: dict) -> None:
     """Process entry point, in a process forked from the fork server. ``payload``: ``target``
-    (:class:`~.launch.ForkTarget`'s fields), ``env``, ``cwd``, ``log_path``, ``parent_pid``
+    (:class:`tracetui.launch.fork.ForkTarget`'s fields), ``env``, ``cwd``, ``log_path``, ``parent_pid``
     (the server)."""
     release_server()
     set_parent_death_signal(payload["parent_pid"])

@@ -25,14 +25,16 @@ from ..core import envvars
 from ..core.accepted import OPTIMIZERS, SCHEDULERS, refusal, valid_list
 from ..core.config import ConfigError, SweepConfig
 from ..events.schema import make
-from ..core.knobs import KNOBS, model_args, sft_args
+from ..core.knobs import KNOBS
 from ..planning.plan import Planner, RunSpec
 from ..events.log import EventLog
 from ..core.trial import Trial
-from ..events.wire import SocketListener, private_socket
+from ..events.sockpath import private_socket
+from ..events.wire import SocketListener
 from . import forkrun
-from ..launch.dialects import (SPLIT_FLAGS, ForkTarget, TrialCommand, _option, environment_of, fork_target,
-                               launcher_for, script_parts, takes_flags, world_size)
+from ..launch.dialects import SPLIT_FLAGS, TrialCommand, _option, launcher_for, script_parts, takes_flags, world_size
+from ..launch.fork import ForkTarget, environment_of, fork_target
+from ..launch.plan import run_plan
 from .lifetime import forking, restart_server_if_gone, server_pid, trial_context
 from .supervise import CommandChild, ForkedCommandChild
 from .sweep import SweepBase, new_sweep_id
@@ -149,27 +151,6 @@ def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:
     return env
 
 
-#: knobs whose trainer arguments are read as the arguments are made (``fsdp`` is parsed in
-#: ``TrainingArguments.__post_init__``): never set on a built trainer's arguments
-_SET_AT_MAKING = ("sharding",)
-
-
-def run_plan(trial: Trial, folder: Path, given: bool, by: str = "command line") -> dict:
-    """What a script's run trains with, as its trainer takes it (``TRACETUI_PLAN``, applied by
-    :mod:`tracetui.probe.apply` wherever the script set its own): the split, the varied settings'
-    trainer arguments, the attention kernel for its model, and its own output folder (a measured
-    run never writes into the user's). ``given``: the command carries them too (``by``: its
-    command line, or a config file's copy)."""
-    settings = {n: v for n, v in trial.settings if n not in _SET_AT_MAKING}
-    args = {SPLIT_FLAGS[0].lstrip("-"): trial.micro_batch, SPLIT_FLAGS[1].lstrip("-"): trial.grad_accum,
-            **sft_args(settings)}
-    if settings.get("torch_compile"):
-        args["torch_compile_backend"] = "inductor"  # what __post_init__ would have set with it
-    args["output_dir"] = str((folder / "output").resolve())
-    return {"args": args, "model": model_args({k: v for k, v in settings.items() if k == "attn_implementation"}),
-            "given": sorted(k for k in args if k != "output_dir") if given else [], "given_by": by}
-
-
 def script_notes(varied: dict) -> list[str]:
     """What to know about the varied settings' flags on a user's script (one line each)."""
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
@@ -197,11 +178,6 @@ def start_line(cmd: list[str], fork: ForkTarget | None, why: str) -> str:
     if processes > 1:
         line += f"; {processes} training processes per run ({said}): the split is per process"
     return "; ".join([line, *launcher_for(cmd).notes()])
-
-
-def script_command(cmd: list[str], t: Trial) -> list[str]:
-    """The user's command for one trial, as a dry run shows it (:mod:`.launch`)."""
-    return launcher_for(cmd).trial_command(cmd, t).argv
 
 
 class ScriptSweep(SweepBase):

@@ -12,7 +12,8 @@ from ..core.config import ConfigError, SweepConfig
 from ..core.flags import from_args
 from ..core.knobs import KNOBS
 from ..core.text import say
-from ..launch.dialects import ConfigFile, environment_of, launcher_for
+from ..launch.dialects import ConfigFile, launcher_for
+from ..launch.fork import environment_of
 from ..runner.lifetime import check_start_env, forking, trial_context
 from ..runner.preflight import (
     offline_if_hub_unreachable,

@@ -9,6 +9,7 @@ import argparse
 from ..core.config import SweepConfig
 from ..core.flags import MAX_PROJECT_STEPS, whole_number
 from ..core.foreign import parser_actions
+from ..outputs.export import FORMATS
 from .exits import UsageError
 
 
@@ -43,7 +44,7 @@ def add_output_args(p: argparse.ArgumentParser, default_out: str = "beside the e
     """The output flags every mode takes (:mod:`tracetui.outputs.writer` writes them). ``answer``: also
     the flags that decide the answer, for the commands without a sweep's settings (show, watch)."""
     g = p.add_argument_group("output")
-    g.add_argument("--export", choices=("csv", "json"), help="run headless and write the summary in this format")
+    g.add_argument("--export", choices=FORMATS, help="run headless and write the summary in this format")
     g.add_argument("-o", "--output", default=None,
                    help=f"summary path (default: {default_out}, named after the sweep; - for stdout); "
                         "a file already there is refused unless --force")

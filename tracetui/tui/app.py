@@ -14,21 +14,24 @@ import time
 from pathlib import Path
 
 from rich.text import Text
-from textual import events, on, work
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets.data_table import CellDoesNotExist
 
-from ..analysis import BOUNDS, Results, time_line, time_spent
+from ..analysis import Results, time_line, time_spent
 from ..outputs.writer import Outputs, output_format
 from ..probe.settings import describe
-from ..core.text import clean, safe_text
-from ..core.trial import Trial, format_value as fmt_value
+from ..core.text import clean
+from ..core.trial import Trial
+from .filtering import TableFilter
+from .help import HelpScreen
+from .quitting import Quitting
 from .sources import Inbox, Source
-from .terminal import hung_up, terminal_fd, terminal_hung_up
+from .terminal import hung_up, terminal_fd
 from .widgets import (DetailPane, Failures, GpuChart, GpuStatus, Lane, MemoryChart, NOTICE_STYLE, PhaseChart, RunList,
                       Stage, StatusLine, StepChart, SummaryTable, ThroughputChart, Timeline, Verdict, median_step, multi_machine,
                       phase_legend, row_of, run_name)
@@ -45,7 +48,7 @@ class EventsArrived(Message):
 class SourceDone(Message):
     """The source has delivered everything it will (a sweep ended)."""
 #: the monitor's own CPU, in cores, above which it redraws less often: it shares the machine with
-#: the training it measures (on a 2-core CPU box, unbounded redraws slowed the measured steps)
+#: the training it measures, which redraws without a bound would slow
 CPU_BUDGET = 0.15
 #: but the screen is never older than this
 MAX_STALE_S = 2.0
@@ -69,46 +72,11 @@ class CpuMeter:
         return (cpu - c0) / (now - t0) if now > t0 else 0.0
 
 
-class HelpScreen(ModalScreen):
-    """What the main screen shows cut for want of room, whole (``whole``: the answer, the
-    failures, every notice); then the keys, built from the app's bindings, and what the bound
-    labels mean."""
-
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
-
-    def __init__(self, whole: Text) -> None:
-        super().__init__()
-        self.whole = whole
-
-    def compose(self) -> ComposeResult:
-        text = Text()
-        text.append_text(self.whole)
-        text.append("\n\nKeys\n", style="bold")
-        for b in self.app.BINDINGS:
-            if isinstance(b, Binding):
-                text.append(f"  {b.key_display or b.key:>6}", style="bold")
-                text.append(f"  {b.tooltip or b.description}\n")
-        text.append("  ctrl+p", style="bold")
-        text.append("  command palette (themes)\n\n"
-                    "Arrows move the run list's cursor: the detail pane and the timeline show that trial. "
-                    "Tab moves between the run list, the tabs, the pane under them (arrows scroll it) and "
-                    "the table.\n"
-                    "Tabs: Detail, Timeline, Phases, Steps (step time), Tok/s (throughput), GPU, Memory.\n\n")
-        text.append("What bounds a trial", style="bold")
-        text.append(" (the bound column)\n")
-        for name, words in BOUNDS.items():
-            text.append(f"  {name}", style="bold")
-            text.append(f": {words}\n")
-        text.append("\nescape closes this screen", style="dim")
-        with VerticalScroll(id="help"):
-            yield Static(safe_text(text))
-
-
 #: the width (columns) below which the monitor packs for a narrow terminal
 NARROW_BELOW = 100
 
 
-class TraceApp(App):
+class TraceApp(Quitting, TableFilter, App):
     """tracetui's monitor."""
 
     TITLE = "tracetui"
@@ -291,8 +259,8 @@ class TraceApp(App):
         self.sub_title = " · ".join(x for x in (self.base_subtitle, *own, line) if x)
 
     def _warn_shared_cpu(self, env: dict) -> None:
-        """Training on a CPU of few cores beside the monitor is slowed by it, unevenly across
-        splits (2 cores: 4x1 measured 1.11x faster than 1x4 here, 1.67x headless)."""
+        """Training on a CPU of few cores beside the monitor is slowed by it, and unevenly across
+        splits, so the comparison itself changes: said once, with the way round it."""
         cores = env.get("cpu_count") or 0
         if self.source.live and env.get("device") == "cpu" and 0 < cores <= SHARED_CPU_CORES:
             self._warned_cpu = True
@@ -477,49 +445,6 @@ class TraceApp(App):
                 text.append("\n" + message, style=NOTICE_STYLE.get(severity, ""))
         return text
 
-    #: the table's filter: one varied setting's value, or None for every trial
-    setting_filter: tuple[str, object] | None = None
-
-    def filters(self) -> list[tuple[str, object]]:
-        """Every value of every varied setting among the trials: setting by setting, each's
-        values in the table's order."""
-        seen: dict[str, dict[object, None]] = {}
-        for r in self.rows:
-            for name, value in (r.get("varied") or {}).items():
-                seen.setdefault(name, {}).setdefault(value, None)
-        return [(name, value) for name in sorted(seen) for value in seen[name]]
-
-    def shown_rows(self) -> list[dict]:
-        """The table's rows: those of the filter's value, grouped by the varied settings (the
-        trials of one combination together, by micro-batch)."""
-        rows = self.rows
-        if self.setting_filter is not None:
-            name, value = self.setting_filter
-            rows = [r for r in rows if (r.get("varied") or {}).get(name, object()) == value]
-        if any(r.get("varied") for r in rows):
-            rows = sorted(rows, key=lambda r: (r["machine"], r["effective_batch"],
-                                               sorted((r.get("varied") or {}).items(), key=str), r["micro_batch"]))
-        return rows
-
-    def action_filter(self) -> None:
-        """Show only the trials of one value of a varied setting; ``f`` again: the next value,
-        then every trial."""
-        options = self.filters()
-        if not options:
-            self.say("nothing varied to filter by (--vary NAME=V1,V2)")
-            self.setting_filter = None
-            return
-        at = options.index(self.setting_filter) + 1 if self.setting_filter in options else 0
-        self.setting_filter = options[at] if at < len(options) else None
-        if self.setting_filter is None:
-            self.say("table: every trial")
-        else:
-            name, value = self.setting_filter
-            self.say(f"table: only {name}={fmt_value(value)} (f: next value)")
-        self.query_one(SummaryTable).update_from(self.shown_rows())
-        self.query_one(PhaseChart).update_from(self.shown_rows())
-        self.query_one(ThroughputChart).update_from(self.shown_rows())
-
     def action_timeline(self) -> None:
         self.query_one(TabbedContent).active = "tab-timeline"
 
@@ -550,7 +475,7 @@ class TraceApp(App):
             return
         try:
             row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        except Exception:  # noqa: BLE001 - empty table
+        except CellDoesNotExist:  # an empty table
             self.say("no run selected", "warning")
             return
         label = run_name(row_key, self.results.runs.get(row_key), multi_machine(self.results),
@@ -559,78 +484,6 @@ class TraceApp(App):
             self.say("that run cannot be run again", "warning")
             return
         self.say(f"running {label} again")
-
-    def action_quit_app(self) -> None:
-        if self._quitting:
-            return
-        self._quitting = True
-        if self.source.running():
-            self.say("stopping the workers ...")
-            self.quit_reason = "quit while the sweep was running"
-            self.exit_code = 130
-            self.source.stop()
-            self._finish_quit()
-        else:
-            self.source.stop()
-            self._write_and_exit()
-
-    def panic(self, *renderables) -> None:
-        """Textual's input thread ends the app through here when reading the terminal fails. A
-        terminal that hung up (an SSH drop) fails every read with EIO, often before the shell's
-        SIGHUP is handled: that is the hang-up itself, and quits as it does (workers stopped,
-        what was measured written, exit 129), not as a crash that writes nothing."""
-        if terminal_hung_up(renderables):
-            self._hang_up()
-            self.quit_on_signal(self.signalled)
-            return
-        super().panic(*renderables)
-
-    def _hang_up(self) -> None:
-        """The terminal hung up: stop as on a SIGHUP (through :func:`~tracetui.tui.launchers.run_app`, which also arms
-        its last resort), quitting on the next tick."""
-        import signal
-
-        if self.stop_requested is not None:
-            self.stop_requested(signal.SIGHUP)
-        self.signalled = self.signalled or signal.SIGHUP
-
-    def quit_on_signal(self, signum: int) -> None:
-        """Quit as ``q`` does (workers stopped, what was measured written, the terminal given
-        back), with the signal's exit status."""
-        import signal
-
-        if self._quitting:
-            return
-        self._quitting = True
-        self.quit_reason = f"interrupted by {signal.Signals(signum).name}"
-        self.exit_code = 128 + signum
-        self.source.stop()
-        if self.source.running():
-            self._finish_quit()
-        else:
-            self._write_and_exit()
-
-    @work(thread=True, exclusive=True, exit_on_error=False)
-    def _finish_quit(self) -> None:
-        self.source.join(timeout=30)
-        self.call_from_thread(self._write_and_exit)
-
-    def _write_and_exit(self) -> None:
-        self.apply_events()
-        self.rows = self.outputs.rows(self.results)
-        if getattr(self.source, "sweep", True) is None:  # closed before its checks had passed: no sweep
-            self.exit(return_code=self.exit_code)
-            return
-        if self.source.live or self.outputs.explicit:
-            err = self.write_outputs(final=True)
-            if err:
-                self.quit_reason = (self.quit_reason + "; " if self.quit_reason else "") + err
-                self.write_failed = True
-        self.exit(return_code=self.exit_code)
-
-    #: the summary could not be written at the end (the exit status says so, as headless)
-    write_failed = False
-
 
 def sweep_subtitle(sweep, cfg=None) -> str:
     """The monitor's header for a live sweep: what it trains, and how its runs share the device

@@ -18,7 +18,7 @@ from ..session.headless import no_split_finished, report
 from ..session.loading import deferred_checks
 from ..session.signals import StopSignals
 from ..core.text import clean
-from ..events.wire import ListenerError, default_socket_path, prepare_socket_path
+from ..events.sockpath import ListenerError, default_socket_path, prepare_socket_path
 from .app import TraceApp, sweep_subtitle
 from .sources import CommandSource, PreparingSource, ReplaySource, SweepSource, WatchSource
 from .terminal import no_terminal, run_on_terminal

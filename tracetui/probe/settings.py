@@ -129,15 +129,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
     """The settings one run really trains with, from its ``TrainingArguments`` and model."""
     config = getattr(model, "config", None)
     targets, dropout, rank = _lora(model)
-    opt = None
-    if optimizer is not None:
-        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
-        opt = type(inner).__name__
-        defaults = getattr(inner, "defaults", {}) or {}
-        if defaults.get("fused"):
-            opt += " (fused)"
-        elif defaults.get("foreach"):
-            opt += " (foreach)"
+    opt = _optimizer_name(optimizer)
     compiled = bool(_arg(args, "torch_compile", default=False))
     world = int(_arg(args, "world_size", default=1) or 1)
     sharding = _sharding(model, world)
@@ -179,7 +171,27 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "model_work": _work(model),
         "tf32": _tf32(),
     }
-    for key, value in list(out.items()):  # enums and other objects as their plain names
+    return _plain(out)
+
+
+def _optimizer_name(optimizer: Any) -> str | None:
+    """The optimizer's class as the trainer built it, with its fused or foreach kernels said."""
+    if optimizer is None:
+        return None
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+    name = type(inner).__name__
+    defaults = getattr(inner, "defaults", {}) or {}
+    if defaults.get("fused"):
+        name += " (fused)"
+    elif defaults.get("foreach"):
+        name += " (foreach)"
+    return name
+
+
+def _plain(out: dict[str, Any]) -> dict[str, Any]:
+    """The read-back settings as plain values an event carries: enums and other objects as their
+    plain names, the checkpointing keyword arguments as plain values."""
+    for key, value in list(out.items()):
         if isinstance(value, enum.Enum):
             out[key] = value.value
         elif value is not None and not isinstance(value, (bool, int, float, str, list, dict)):

@@ -35,9 +35,9 @@ def between_run_spread(medians: dict[tuple, list[float]]) -> dict[str, tuple[flo
     :func:`run_medians`) about their split's mean, pooled over every split with two or more
     runs, and its degrees of freedom.
 
-    Steps inside one process are close, fresh processes of one split are not (on an H200 host
-    the same run's median was 288 ms in one process and 410 ms in the next). An interval from
-    one run's steps says nothing about that; this spread does. Pooled across splits because two
+    Steps inside one process are close, fresh processes of one split need not be (each process
+    settles on its own level: where its memory lands, which kernels it picks, the clocks it gets).
+    An interval from one run's steps says nothing about that; this spread does. Pooled across splits because two
     runs of one split alone cannot estimate it (a t interval on 1 degree of freedom is 13 times
     wider than its standard error), and runs of one sweep share the machine that causes it."""
     return _pooled((machine, [math.log(m) for m in meds if m > 0]) for (machine, *_), meds in medians.items())

@@ -12,10 +12,10 @@ from .compare import split_key
 from .runs import RunData
 
 #: two splits of one effective batch whose loss curves differ anywhere by more than this
-#: (relative) are flagged, per precision the runs really trained in. Measured: fp32 on the CPU,
-#: ragged rows, 12 steps: 1x4 and 4x1 agree to 1e-6 (0.0001%), LoRA dropout 0.05 included
-#: 0.02%; bf16 on the H200, 30 steps: 0.02%. A gradient-accumulation normalisation bug moves
-#: the loss by whole factors (equal rows) or several percent (ragged rows).
+#: (relative) are flagged, per precision the runs really trained in: above what a split's
+#: rounding moves the loss in that precision (docs/architecture.md gives the agreement seen),
+#: below what a gradient-accumulation normalisation bug moves it (whole factors with equal rows,
+#: several percent with ragged rows).
 LOSS_TOLERANCE = {"fp32": 0.001, "bf16": 0.01, "fp16": 0.01}
 
 

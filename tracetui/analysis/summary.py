@@ -316,7 +316,8 @@ def _phase(step: dict, name: str) -> float:
 def apportion(measured: list[dict], step_ms: float) -> dict[str, float]:
     """Each phase's share of the measured time, applied to the median step: the phase columns
     then add up to the step column exactly, whatever the distribution (medians of phases do not
-    add: on a loaded machine they were 7-12% off the median step)."""
+    add: each phase's median may come from a different step, and on a loaded machine they miss
+    the median step by whole percent)."""
     total = sum(s["wall_ms"] for s in measured)
     if total <= 0:
         return {ph: 0.0 for ph in FIELDS}

@@ -58,9 +58,7 @@ def _precision(args: Any, model: Any) -> str:
     mode = "bf16" if _arg(args, "bf16", default=False) else "fp16" if _arg(args, "fp16", default=False) else "fp32"
     try:
         dtype = str(next(p for p in model.parameters() if not p.requires_grad).dtype).replace("torch.", "")
-    except StopIteration:
-        dtype = ""
-    except Exception:  # noqa: BLE001 - a model without parameters() reports the mode alone
+    except (StopIteration, AttributeError, TypeError):  # no frozen weights, or a model without parameters()
         dtype = ""
     return f"{mode} (weights {dtype})" if dtype else mode
 
@@ -121,7 +119,7 @@ def _tf32() -> bool | None:
         import torch
 
         return bool(torch.backends.cuda.matmul.allow_tf32)
-    except Exception:  # noqa: BLE001 - a torch without the switch: not known
+    except (ImportError, AttributeError):  # no torch, or one without the switch: not known
         return None
 
 

@@ -154,7 +154,7 @@ class TraceCallback(Probe):
             return None
         try:
             return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - never break the user's training
+        except Exception as exc:  # noqa: BLE001 - never break the user's training: said once on its stderr, then quiet
             self.failed = True
             self.pause()
             what = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"

@@ -452,7 +452,7 @@ def cpu_memory_limit(above_gib: float) -> float:
     without a GPU too; above it, a test asks the same of every build."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from tracetui.probe.callback import data_peak_gib
+    from tracetui.probe.memory import data_peak_gib
     from tracetui.runner.lifetime import trial_context
 
     with _DATA_BASE_LOCK:

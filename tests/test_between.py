@@ -18,7 +18,9 @@ from tracetui.analysis.answer import held_back
 from tracetui.analysis.between import occurrences
 from tracetui.events.schema import make, validate
 from tracetui.core.phases import FIELDS
-from tracetui.probe.callback import Probe, between_schedule, watch_stops
+from tracetui.probe.callback import Probe
+from tracetui.probe.schedule import between_schedule
+from tracetui.probe.stops import watch_stops
 from tracetui.probe.timing import HostClock, Mark
 from tracetui.events.log import read_events
 

@@ -45,8 +45,8 @@ def test_csv_and_monitor_are_drawn_from_the_registry():
 
 
 def test_phase_registry_drives_the_probe_and_the_rows():
-    from tracetui.probe.callback import _PHASE_OF
+    from tracetui.probe.record import PHASE_OF
 
-    assert set(_PHASE_OF.values()) == {p.name for p in PHASES}
+    assert set(PHASE_OF.values()) == {p.name for p in PHASES}
     row = summarise(Results().extend(read_events([DATA]).events))[0]
     assert abs(sum(row[f] for f in FIELDS) - row["step_ms_median"]) < 1e-6 * row["step_ms_median"]

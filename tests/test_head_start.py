@@ -131,6 +131,7 @@ def test_a_probe_takes_its_references_with_its_first_turn():
     """The worker's side, with a real pipe and gate: what the sweep sends with the first turn
     replaces the (then incomplete) references the run started with."""
     from tracetui.analysis import StopRule
+    from tracetui.probe import turn
     from tracetui.probe.callback import Probe
     from tracetui.runner.turns import Gate
 
@@ -139,7 +140,7 @@ def test_a_probe_takes_its_references_with_its_first_turn():
     probe.gate = Gate(theirs, 2)
     probe.cuda = False
     mine.send(("go", [[100.0, 120.0]]))
-    probe._take_turn()
+    turn.take_turn(probe)
     assert mine.recv()[0] == "ready"
     assert probe.stop_after.references == [(100.0, 120.0)]
     assert probe.gate.due(2) and not probe.gate.due(1) and not probe.gate.due(4)

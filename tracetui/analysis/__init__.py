@@ -6,7 +6,7 @@
 - :mod:`.stopping`: ``--until-confident``'s rule, applied in the training process;
 - :mod:`.summary`: one row per split (:func:`summarise`), filled by
 - :mod:`.compare` (speedups with intervals), :mod:`.loss` (do the trials compute the same),
-  :mod:`.diagnosis` (what bounds each split);
+  :mod:`.diagnosis` (what bounds each split), :mod:`.context` (what the runs ran with and on);
 - :mod:`.timing`: where each sweep's time went;
 - :mod:`.answer`: the verdict and the recommendation in words.
 

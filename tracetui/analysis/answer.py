@@ -178,9 +178,9 @@ def _and(names: list[str]) -> str:
 
 def _recommend(rows: list[dict], policy: Policy, speak: Callable[[dict], str] | None = None):
     """``(row or None, text)`` per machine and effective batch."""
-    groups: dict[tuple, list[dict]] = {}
     unfinished = {(r["machine"], r["effective_batch"]) for r in rows
                   if r["status"] in LIVE_STATUSES}
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("step_ms_median") and r["status"] == "ok":
             groups.setdefault((r["machine"], r["effective_batch"]), []).append(r)
@@ -194,57 +194,78 @@ def _recommend(rows: list[dict], policy: Policy, speak: Callable[[dict], str] | 
             yield None, f"effective batch {eb}: no recommendation ({unplanned[(_m, eb)]})"
             continue
         group = [r for r in group if r.get("loss_finite", True)]  # a run whose loss went NaN diverged
-        if not group:
-            yield None, f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)"
-            continue
-        why = held_back(group, policy.allow_busy)
-        if why:
-            yield None, f"effective batch {eb}: no recommendation ({why})"
-            continue
-        def fits(r):
-            cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
-            return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= MEMORY_SHARE * cap
-        ok = [r for r in group if fits(r)]
-        if not ok:
-            yield None, f"effective batch {eb}: no split leaves {1 - MEMORY_SHARE:.0%} memory headroom"
-            continue
-        same = ok if policy.allow_result_changes else [r for r in ok if not r.get("changes_result")]
-        if not same:
-            yield None, (f"effective batch {eb}: every trial that fits changes the result "
-                         "(--allow-result-changes to recommend one anyway)")
+        ok, same, refused = _candidates(group, eb, policy)
+        if refused:
+            yield None, refused
             continue
         best = min(same, key=lambda r: r["step_ms_median"])
-        text = f"use {best['trial']} for effective batch {eb}"
-        if best.get("changes_result"):
-            text += f" (it changes the result: {best['changes_result']})"
-        ties = [r["trial"] for r in same if r is not best and _overlap(best, r)]
-        if ties:
-            text += f" ({_and(ties)} {'is' if len(ties) == 1 else 'are'} as fast within the intervals)"
-        faster = [r for r in ok if r["step_ms_median"] < best["step_ms_median"] and r.get("changes_result")]
-        drift = [r for r in group if r.get("loss_ok") is False and not r.get("changes_result")]
-        if drift:
-            text += f" (but check: {drift[0]['trial']}'s {drift[0]['loss_note']})"
-        if faster:
-            f = min(faster, key=lambda r: r["step_ms_median"])
-            text += (f" ({f['trial']} is faster but changes the result: {f['changes_result']}; "
-                     "--allow-result-changes to recommend it)")
-        if speak is not None:
-            text += speak(best)
-        elif best.get("varied"):
-            args = sft_arguments(best)
-            keep = {"per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing"}
-            keep |= {k for name, v in best["varied"].items() for k in KNOBS[name].sft(v)}
-            text += "; in SFTConfig: " + ", ".join(f"{k}={v!r}" for k, v in args.items() if k in keep)
-            model = {k: v for name, v in best["varied"].items() for k, v in KNOBS[name].model(v).items()}
-            if model:
-                text += "; loading the model: " + ", ".join(f"{k}={v!r}" for k, v in model.items())
-        proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
-        if proj:
-            text += " (" + "; ".join(f"{r['trial']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
-        text += limit_words(best)
-        if policy.allow_busy:
-            text += busy_mark(group)
-        yield best, text
+        yield best, _recommendation(best, eb, group, ok, same, policy, speak)
+
+
+def _fits(r: dict) -> bool:
+    """Whether a split's peak leaves the memory headroom (of its limit, else of the device)."""
+    cap = r.get("memory_limit_gib") or r.get("mem_total_gib")
+    return r.get("peak_mem_gib") is None or not cap or r["peak_mem_gib"] <= MEMORY_SHARE * cap
+
+
+def _candidates(group: list[dict], eb: Any, policy: Policy) -> tuple[list[dict], list[dict], str]:
+    """The splits of an effective batch that fit (``ok``) and of those the ones that may be
+    recommended (``same``: not changing the result unless allowed), or why none is."""
+    if not group:
+        return [], [], f"effective batch {eb}: no recommendation (every split's loss went NaN or infinite)"
+    why = held_back(group, policy.allow_busy)
+    if why:
+        return [], [], f"effective batch {eb}: no recommendation ({why})"
+    ok = [r for r in group if _fits(r)]
+    if not ok:
+        return [], [], f"effective batch {eb}: no split leaves {1 - MEMORY_SHARE:.0%} memory headroom"
+    same = ok if policy.allow_result_changes else [r for r in ok if not r.get("changes_result")]
+    if not same:
+        return ok, [], (f"effective batch {eb}: every trial that fits changes the result "
+                        "(--allow-result-changes to recommend one anyway)")
+    return ok, same, ""
+
+
+def _recommendation(best: dict, eb: Any, group: list[dict], ok: list[dict], same: list[dict], policy: Policy,
+                    speak: Callable[[dict], str] | None) -> str:
+    """The advice for ``best``: its ties, what to check, a faster split that changes the result,
+    how to set it, the projected runs, its limits and the machine's load."""
+    text = f"use {best['trial']} for effective batch {eb}"
+    if best.get("changes_result"):
+        text += f" (it changes the result: {best['changes_result']})"
+    ties = [r["trial"] for r in same if r is not best and _overlap(best, r)]
+    if ties:
+        text += f" ({_and(ties)} {'is' if len(ties) == 1 else 'are'} as fast within the intervals)"
+    faster = [r for r in ok if r["step_ms_median"] < best["step_ms_median"] and r.get("changes_result")]
+    drift = [r for r in group if r.get("loss_ok") is False and not r.get("changes_result")]
+    if drift:
+        text += f" (but check: {drift[0]['trial']}'s {drift[0]['loss_note']})"
+    if faster:
+        f = min(faster, key=lambda r: r["step_ms_median"])
+        text += (f" ({f['trial']} is faster but changes the result: {f['changes_result']}; "
+                 "--allow-result-changes to recommend it)")
+    text += speak(best) if speak is not None else _how_to_set(best)
+    proj = [r for r in sorted(group, key=lambda r: r["step_ms_median"]) if r.get("projected_s")]
+    if proj:
+        text += " (" + "; ".join(f"{r['trial']}: {fmt_duration(r['projected_s'])}" for r in proj) + ")"
+    text += limit_words(best)
+    if policy.allow_busy:
+        text += busy_mark(group)
+    return text
+
+
+def _how_to_set(best: dict) -> str:
+    """A varied trial's settings as the script would write them (SFTConfig, loading the model)."""
+    if not best.get("varied"):
+        return ""
+    args = sft_arguments(best)
+    keep = {"per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing"}
+    keep |= {k for name, v in best["varied"].items() for k in KNOBS[name].sft(v)}
+    text = "; in SFTConfig: " + ", ".join(f"{k}={v!r}" for k, v in args.items() if k in keep)
+    model = {k: v for name, v in best["varied"].items() for k, v in KNOBS[name].model(v).items()}
+    if model:
+        text += "; loading the model: " + ", ".join(f"{k}={v!r}" for k, v in model.items())
+    return text
 
 
 def sft_arguments(row: dict) -> dict[str, Any]:

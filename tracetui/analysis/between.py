@@ -14,7 +14,7 @@ from .runs import RunData
 
 def occurrences(entry: dict | None, steps: int) -> int | None:
     """How many times a run of ``steps`` optimizer steps does one kind of work whose schedule
-    is ``entry`` (:func:`tracetui.probe.callback.between_schedule`: as the trainer's
+    is ``entry`` (:func:`tracetui.probe.schedule.between_schedule`: as the trainer's
     ``DefaultFlowCallback`` decides it), or None where the schedule says nothing."""
     if not isinstance(entry, dict) or not isinstance(entry.get("every"), int) or steps <= 0:
         return None

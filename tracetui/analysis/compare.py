@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import dataclass
 from typing import Iterable
 
 from ..events.schema import RUN_FAILED_KINDS
 from .pairing import StepKey, paired_log_ratios
 from .runs import Results, RunData
-from .stats import (bootstrap_medians, enough_for_interval, median, quantile, ratio_ci, simultaneous_t,
+from .stats import (bootstrap_medians, enough_for_interval, median, quantile, ratio_ci, simultaneous_t, t975,
                     t_quantile)
 
 
@@ -34,9 +35,9 @@ def between_run_spread(medians: dict[tuple, list[float]]) -> dict[str, tuple[flo
     :func:`run_medians`) about their split's mean, pooled over every split with two or more
     runs, and its degrees of freedom.
 
-    Steps inside one process are close, fresh processes of one split are not (on an H200 host
-    the same run's median was 288 ms in one process and 410 ms in the next). An interval from
-    one run's steps says nothing about that; this spread does. Pooled across splits because two
+    Steps inside one process are close, fresh processes of one split need not be (each process
+    settles on its own level: where its memory lands, which kernels it picks, the clocks it gets).
+    An interval from one run's steps says nothing about that; this spread does. Pooled across splits because two
     runs of one split alone cannot estimate it (a t interval on 1 degree of freedom is 13 times
     wider than its standard error), and runs of one sweep share the machine that causes it."""
     return _pooled((machine, [math.log(m) for m in meds if m > 0]) for (machine, *_), meds in medians.items())
@@ -56,6 +57,24 @@ def _pooled(levels: Iterable[tuple[str, list[float]]]) -> dict[str, tuple[float,
     return {m: (ss / df, int(df)) for m, (ss, df) in sums.items() if df >= MIN_RUN_DF}
 
 
+@dataclass
+class RunLevel:
+    """A split's level across its fresh processes: the mean log of its runs' median steps
+    (``mu``, over ``k`` runs) and its machine's pooled spread between runs (``var``, on ``df``
+    degrees of freedom: :func:`between_run_spread`). The run-level interval of its
+    median step, and of its speedups (:func:`add_speedups`), come from it."""
+
+    mu: float
+    k: int
+    var: float
+    df: int
+
+    def interval(self) -> tuple[float, float, float]:
+        """The median step (ms) a typical fresh process takes, with its 95% t interval."""
+        half = t975(self.df) * math.sqrt(self.var / self.k)
+        return math.exp(self.mu), math.exp(self.mu - half), math.exp(self.mu + half)
+
+
 def cached_boots(results: "Results", key: tuple, per_run: list[list[float]]) -> list[float]:
     """Bootstrap medians of a group, cached until the group gains steps (live redraws)."""
     size = tuple(len(w) for w in per_run)
@@ -69,13 +88,15 @@ def cached_boots(results: "Results", key: tuple, per_run: list[list[float]]) -> 
 
 
 def add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: "Results | None" = None,
-                  steps_of: dict[tuple, list[list[StepKey]]] | None = None,
-                  spread: dict[str, tuple[float, int]] | None = None) -> None:
+                 steps_of: dict[tuple, list[list[StepKey]]] | None = None,
+                 spread: dict[str, tuple[float, int]] | None = None, levels: dict[tuple, RunLevel] | None = None) -> None:
     """Speedup of each split against the slowest of its group, with an interval. Where the two
     splits' steps trained on the same rows, step by step (:func:`paired_compare`); otherwise at run
     level a t interval of the log ratio, simultaneous over the group's pairs, or with one run per
     split a bootstrap of the two medians; ``comparison`` says which, and why not paired. Failed
-    splits are left out of the ranking."""
+    splits are left out of the ranking. ``boots_of``, ``steps_of``, ``levels``: each split's bootstrap
+    medians, measured steps and run level (:class:`RunLevel`), by :func:`split_key`."""
+    levels = levels or {}
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("step_ms_median") and r["status"] not in RUN_FAILED_KINDS:
@@ -85,7 +106,7 @@ def add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: 
     for group in by_group.values():
         slowest = max(group, key=lambda r: r["step_ms_median"])
         fastest = min(group, key=lambda r: r["step_ms_median"])
-        sw = boots_of.get(_key(slowest))
+        sw = boots_of.get(split_key(slowest))
         pairs = max(1, len(group) * (len(group) - 1) // 2)
         # every pair, each way: the ratio of the other's step to this one's (the recommendation's ties)
         for r in group:
@@ -110,10 +131,11 @@ def add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: 
                     r["paired_steps"] = n
                     continue
                 r["comparison"] = f"unpaired: {why}"
-            mine = boots_of.get(_key(r))
-            if "_mu" in r and "_mu" in slowest:  # run level: t interval of the log ratio
-                half = simultaneous_t(r["_df"], len(group)) * math.sqrt(r["_var"] * (1 / r["_k"] + 1 / slowest["_k"]))
-                log_ratio = slowest["_mu"] - r["_mu"]
+            mine = boots_of.get(split_key(r))
+            level, slow_level = levels.get(split_key(r)), levels.get(split_key(slowest))
+            if level is not None and slow_level is not None:  # run level: t interval of the log ratio
+                half = simultaneous_t(level.df, len(group)) * math.sqrt(level.var * (1 / level.k + 1 / slow_level.k))
+                log_ratio = slow_level.mu - level.mu
                 r["speedup_ci_low"], r["speedup_ci_high"] = math.exp(log_ratio - half), math.exp(log_ratio + half)
             elif sw is not None and mine is not None:  # no interval from too few steps
                 lo, hi = ratio_ci(sw, mine)
@@ -161,7 +183,7 @@ def paired_compare(fast: dict, slow: dict, steps_of: dict[tuple, list[list[StepK
     added in quadrature: a t interval on the runs' levels once the rows are paired out
     (:func:`paired_run_spread`; that of the run medians where no split has it), as the host drifts
     between processes whatever rows they train on."""
-    fast_runs, slow_runs = steps_of.get(_key(fast)), steps_of.get(_key(slow))
+    fast_runs, slow_runs = steps_of.get(split_key(fast)), steps_of.get(split_key(slow))
     if not fast_runs or not slow_runs:
         return None, "no measured steps"
     d, why = paired_log_ratios([k for run in fast_runs for k in run], [k for run in slow_runs for k in run])
@@ -169,7 +191,7 @@ def paired_compare(fast: dict, slow: dict, steps_of: dict[tuple, list[list[StepK
         return None, why
     alpha = 0.05 / pairs
     est = median(d)
-    key = ("paired", _key(fast), _key(slow))
+    key = ("paired", split_key(fast), split_key(slow))
     cached = results.boot_cache.get(key) if results is not None else None
     if cached is not None and cached[0] == len(d):
         boots = cached[1]
@@ -189,6 +211,7 @@ def paired_compare(fast: dict, slow: dict, steps_of: dict[tuple, list[list[StepK
     return (est, lo, hi, len(d), scope), ""
 
 
-def _key(row: dict) -> tuple:
+def split_key(row: dict) -> tuple:
+    """A row's split, as :func:`tracetui.analysis.summary.summarise` keys its runs: machine and trial."""
     return (row["machine"], row["effective_batch"], row["micro_batch"], row["grad_accum"], row["world_size"],
             tuple(sorted(row.get("varied", {}).items())))

@@ -55,41 +55,14 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
         return "", ""
     step = row["step_ms_median"]
     data_share = (row.get("data_ms") or 0.0) / step if step else 0.0
-    util = row.get("gpu_util_mean")
     cap = row.get("memory_limit_gib") or row.get("mem_total_gib")
     peak = row.get("peak_mem_gib")
-    # How forward time per micro-batch grows with the micro-batch: fitted in log-log over this
-    # trial and its neighbours (same machine and varied settings), so one noisy reading moves
-    # the exponent of three trials a little rather than one label across a threshold.
-    varied = row.get("varied") or {}
-    peers = sorted((r for r in rows if r["machine"] == row["machine"] and (r.get("varied") or {}) == varied
-                    and (r.get("forward_ms_per_micro") or 0) > 0), key=lambda r: r["micro_batch"])
-    sizes = sorted({r["micro_batch"] for r in peers})
-    scaling = None
-    if len(sizes) > 1 and row["micro_batch"] in sizes:
-        i = sizes.index(row["micro_batch"])
-        near = set(sizes[max(0, i - 1): i + 2])
-        pts = [(math.log(r["micro_batch"]), math.log(r["forward_ms_per_micro"])) for r in peers
-               if r["micro_batch"] in near]
-        mx = sum(x for x, _ in pts) / len(pts)
-        my = sum(y for _, y in pts) / len(pts)
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        if sxx > 0:
-            slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-            small = peers[0]
-            growth = row["forward_ms_per_micro"] / small["forward_ms_per_micro"]
-            scaling = (slope, growth, row["micro_batch"] / small["micro_batch"], small["micro_batch"])
+    scaling = _forward_scaling(row, rows)
     if peak is not None and cap and peak / cap > MEMORY_SHARE:
         return "memory-limited", f"peak {peak:.1f} of {fmt_gib(cap)} GiB"
     if data_share > INPUT_SHARE:
         return "input-bound", f"data fetch {100 * data_share:.0f}% of the step"
-
-    def rows_ev() -> str:
-        slope, growth, ratio, small = scaling
-        if ratio > 1:
-            return f"forward x{growth:.1f} for x{ratio:.0f} rows vs micro-batch {small} (exponent {slope:.2f})"
-        return f"forward time per micro-batch grows as rows^{slope:.2f} from here"
-
+    util = row.get("gpu_util_mean")
     if util is not None:
         ev = f"GPU busy {util:.0f}%"
         if scaling is not None and scaling[2] > 1:
@@ -101,8 +74,44 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
         return "mixed", ev
     if scaling is not None:
         if scaling[0] < OVERHEAD_EXPONENT:
-            return "overhead-bound", rows_ev()
+            return "overhead-bound", _scaling_words(scaling)
         if scaling[0] > COMPUTE_EXPONENT:
-            return "compute-bound", rows_ev()
-        return "mixed", rows_ev()
+            return "compute-bound", _scaling_words(scaling)
+        return "mixed", _scaling_words(scaling)
     return "undetermined", "no GPU samples and one micro-batch size: nothing to compare"
+
+
+def _forward_scaling(row: dict, rows: list[dict]) -> tuple[float, float, float, int] | None:
+    """How forward time per micro-batch grows with the micro-batch, as (exponent, growth from the
+    smallest micro-batch, its ratio of rows, the smallest micro-batch), or None with one size.
+
+    Fitted in log-log over this trial and its neighbours (same machine and varied settings), so
+    one noisy reading moves the exponent of three trials a little rather than one label across a
+    threshold."""
+    varied = row.get("varied") or {}
+    peers = sorted((r for r in rows if r["machine"] == row["machine"] and (r.get("varied") or {}) == varied
+                    and (r.get("forward_ms_per_micro") or 0) > 0), key=lambda r: r["micro_batch"])
+    sizes = sorted({r["micro_batch"] for r in peers})
+    if len(sizes) < 2 or row["micro_batch"] not in sizes:
+        return None
+    i = sizes.index(row["micro_batch"])
+    near = set(sizes[max(0, i - 1): i + 2])
+    pts = [(math.log(r["micro_batch"]), math.log(r["forward_ms_per_micro"])) for r in peers
+           if r["micro_batch"] in near]
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    small = peers[0]
+    growth = row["forward_ms_per_micro"] / small["forward_ms_per_micro"]
+    return slope, growth, row["micro_batch"] / small["micro_batch"], small["micro_batch"]
+
+
+def _scaling_words(scaling: tuple[float, float, float, int]) -> str:
+    """The evidence of a label read from the forward time's growth (:func:`_forward_scaling`)."""
+    slope, growth, ratio, small = scaling
+    if ratio > 1:
+        return f"forward x{growth:.1f} for x{ratio:.0f} rows vs micro-batch {small} (exponent {slope:.2f})"
+    return f"forward time per micro-batch grows as rows^{slope:.2f} from here"

@@ -4,17 +4,18 @@ order, one effective batch), and ``changes_result`` for a trial that does not.""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from ..core.config import KNOB_DEFAULTS
 from ..core.knobs import fmt, result_changing
+from .compare import split_key
 from .runs import RunData
 
 #: two splits of one effective batch whose loss curves differ anywhere by more than this
-#: (relative) are flagged, per precision the runs really trained in. Measured: fp32 on the CPU,
-#: ragged rows, 12 steps: 1x4 and 4x1 agree to 1e-6 (0.0001%), LoRA dropout 0.05 included
-#: 0.02%; bf16 on the H200, 30 steps: 0.02%. A gradient-accumulation normalisation bug moves
-#: the loss by whole factors (equal rows) or several percent (ragged rows).
+#: (relative) are flagged, per precision the runs really trained in: above what a split's
+#: rounding moves the loss in that precision (docs/architecture.md gives the agreement seen),
+#: below what a gradient-accumulation normalisation bug moves it (whole factors with equal rows,
+#: several percent with ragged rows).
 LOSS_TOLERANCE = {"fp32": 0.001, "bf16": 0.01, "fp16": 0.01}
 
 
@@ -39,7 +40,7 @@ def _curve_gap(a: dict, b: dict) -> tuple[float, int | None]:
     return worst, at
 
 
-def add_loss_check(rows: list[dict]) -> None:
+def add_loss_check(rows: list[dict], curves: dict[tuple, dict[int, float]]) -> None:
     """Same seed and data order: every trial of one effective batch should follow the same loss
     curve, compared over every step both measured (not one step, and not against a median,
     which two trials that disagree would both sit next to).
@@ -48,10 +49,13 @@ def add_loss_check(rows: list[dict]) -> None:
     disagrees with more than half of the others (with two splits, a disagreement flags both).
     A trial that moves a setting from its default (``--vary``) is compared with the trials at
     the defaults (its own split's first): if it departs from them, the setting changed what
-    training computes."""
+    training computes. ``curves``: each split's loss curve, by :func:`~.compare.split_key`."""
+    def curve(row: dict) -> dict[int, float]:
+        return curves.get(split_key(row)) or {}
+
     by_group: dict[tuple, list[dict]] = {}
     for r in rows:
-        if r.get("loss_curve"):
+        if curve(r):
             by_group.setdefault((r["machine"], r["effective_batch"], r["world_size"]), []).append(r)
     for group in by_group.values():
         tol = max(LOSS_TOLERANCE.get(precision_mode(x.get("precision_used")), 0.01) for x in group)
@@ -59,14 +63,14 @@ def add_loss_check(rows: list[dict]) -> None:
         for r in group:
             same.setdefault(tuple(sorted((r.get("varied") or {}).items(), key=str)), []).append(r)
         for peers in same.values():
-            _majority_check(peers, tol)
+            _majority_check(peers, tol, curve)
         reference = [r for r in group if _at_defaults(r)]
         for r in group:
             if _at_defaults(r) or not reference:
                 continue
             own = [x for x in reference if x["split"] == r["split"]] or reference
-            ref = min(own, key=lambda x: _curve_gap(r["loss_curve"], x["loss_curve"])[0])
-            worst, at = _curve_gap(r["loss_curve"], ref["loss_curve"])
+            ref = min(own, key=lambda x: _curve_gap(curve(r), curve(x))[0])
+            worst, at = _curve_gap(curve(r), curve(ref))
             if at is None:
                 continue
             r["loss_drift_pct"] = 100.0 * worst if math.isfinite(worst) else None
@@ -83,11 +87,11 @@ def _at_defaults(row: dict) -> bool:
     return all(v == KNOB_DEFAULTS.get(k) for k, v in (row.get("varied") or {}).items())
 
 
-def _majority_check(group: list[dict], tol: float) -> None:
+def _majority_check(group: list[dict], tol: float, curve: Callable[[dict], dict[int, float]]) -> None:
     """Flag the trials (of one setting) whose loss curve disagrees with most of the others'."""
     if len(group) < 2:
         return
-    gaps = {(i, j): _curve_gap(a["loss_curve"], b["loss_curve"])
+    gaps = {(i, j): _curve_gap(curve(a), curve(b))
             for i, a in enumerate(group) for j, b in enumerate(group) if i != j}
     gaps = {k: v for k, v in gaps.items() if v[1] is not None}  # pairs with common steps
     outlier = {}

@@ -40,7 +40,7 @@ def paired_log_ratios(a: Iterable[StepKey], b: Iterable[StepKey],
 
     With the same data, seed and effective batch, optimizer step k of every split trains on the same
     rows (the trainer's sampler draws one permutation whatever the split); the fingerprint each
-    step records (:func:`tracetui.probe.callback.fingerprint`) says whether it did. Step times
+    step records (:func:`tracetui.probe.batch.fingerprint`) says whether it did. Step times
     vary with the rows (their lengths above all), and a step-by-step ratio leaves that out, where
     two medians over steps carry it. Not paired: steps without fingerprints, a fingerprint that
     differs at any step both measured (other data or seed, ``group_by_length``, packing), fewer

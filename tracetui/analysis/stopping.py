@@ -18,8 +18,8 @@ def confident(walls: list[float], pct: float) -> bool:
 
 
 #: z of the intervals the stopping rule compares: 97.5% rather than the verdict's 95%, to pay
-#: for looking after every step (on recorded H200 steps, two samples of one distribution were
-#: wrongly told apart in under 1% of simulated runs, looking at every step; at 95% in 2-4%)
+#: for looking after every step (each look is another chance to tell two samples of one
+#: distribution apart by luck; benchmarks/replay_until_confident.py replays recorded sweeps)
 SETTLE_Z = 2.24
 
 
@@ -76,8 +76,8 @@ def stop_reason(walls: list[float], pct: float, least: int, references: list[tup
 class StopRule:
     """``--until-confident`` as the probe applies it after every step: stop once
     :func:`stop_reason` has held at ``streak`` consecutive steps. An order-statistic interval
-    jumps as single steps arrive (on the H200 one 4x1 run's half-width went 3.1%, 2.0%, 3.1% over
-    three steps); holding for a few steps keeps a lucky moment from ending the measurement.
+    jumps as single steps arrive (its ends are single steps, which move by one rank with each new
+    step); holding for a few steps keeps a lucky moment from ending the measurement.
 
     The probe hands it its measured steps (:data:`StepKey`) beside their walls, for the paired
     comparison with references that carry theirs."""

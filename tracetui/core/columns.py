@@ -292,10 +292,7 @@ def check_rows(rows: list[dict]) -> list[str]:
 _INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
              "varied", "knob_values", "failed_kinds",
              # each other split of the group: the ratio of its step to this one's, paired, with its interval
-             "paired_vs",
-             # scratch of summarise, gone before it returns: the loss curve, the run-level
-             # log-median statistics of the speedup interval
-             "loss_curve", "_mu", "_k", "_var", "_df"}
+             "paired_vs"}
 #: every key a summary row may hold (:class:`tracetui.analysis.Row`): the CSV/JSON columns and
 #: the program's own fields
 ROW_KEYS: frozenset[str] = frozenset(CSV_KEYS) | _INTERNAL

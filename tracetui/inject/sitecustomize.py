@@ -80,7 +80,7 @@ def _apply(name: str, *args) -> None:
         from tracetui.probe import apply
 
         getattr(apply, name)(*args)
-    except Exception as exc:  # noqa: BLE001 - measuring must never stop training
+    except Exception as exc:  # noqa: BLE001 - measuring must never stop training: said on stderr (_unmeasured)
         _unmeasured(exc)
 
 
@@ -121,7 +121,7 @@ def _wrap_init(cls) -> None:
 
                 if not any(isinstance(c, TraceCallback) for c in self.callback_handler.callbacks):
                     self.add_callback(TraceCallback())
-            except Exception as exc:  # noqa: BLE001 - measuring must never stop training
+            except Exception as exc:  # noqa: BLE001 - measuring must never stop training: said on stderr (_unmeasured)
                 _unmeasured(exc)
 
     __init__._tracetui = True  # noqa: SLF001 - tracetui's own mark on its own wrapper

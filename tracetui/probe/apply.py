@@ -89,10 +89,10 @@ def _plain(value: Any) -> Any:
 def _set(args: Any, name: str, value: Any) -> bool:
     try:
         setattr(args, name, value)
-    except Exception:  # noqa: BLE001 - a frozen arguments object of some release: left, and read back
+    except (AttributeError, TypeError, ValueError):  # a frozen arguments object of some release
         try:
             object.__setattr__(args, name, value)
-        except Exception:  # noqa: BLE001
+        except (AttributeError, TypeError):  # left: the read-back says what ran
             return False
     return True
 
@@ -135,7 +135,7 @@ def apply_to_trainer(args: Any, model: Any) -> None:
                 base.set_attn_implementation(want)
                 APPLIED["attn_implementation"] = {"script": _plain(have), "planned": want, "how": AT_INIT,
                                                   "replaced": True}
-            except Exception:  # noqa: BLE001 - not available here: the read-back says what ran
+            except Exception:  # noqa: BLE001 - not available here: the read-back's attn_implementation says what ran, against the plan
                 pass
 
 
@@ -150,5 +150,5 @@ def apply_before_train(trainer: Any) -> None:
     if hasattr(trainer, "_train_batch_size") and hasattr(args, "train_batch_size"):
         try:
             trainer._train_batch_size = args.train_batch_size  # noqa: SLF001 - what train() reads
-        except Exception:  # noqa: BLE001
+        except (AttributeError, TypeError):  # left: the read-back's data loader batch size says what ran
             pass

@@ -5,14 +5,14 @@ Phase edges in one optimizer step, in the order the HF ``Trainer`` reaches them:
     prev end -> step_begin -> [fwd_start -> fwd_end -> bwd_start -> bwd_end -> sub_end]* ...
              -> fwd_start -> fwd_end -> bwd_start -> bwd_end -> pre_opt -> opt_end -> end
 
-The time up to an edge is charged to that edge's phase (``_PHASE_OF``), so phases tile the step
+The time up to an edge is charged to that edge's phase (:data:`tracetui.probe.record.PHASE_OF`), so phases tile the step
 exactly and add up to its wall time. Sources of the edges: ``on_step_begin``,
 ``on_substep_end``, ``on_pre_optimizer_step``, ``on_optimizer_step`` and ``on_step_end``
 callbacks; forward pre/post hooks on the model (``with_kwargs=True``: TRL passes keyword
 arguments); a tensor hook on the model's output for the start of backward; and
 ``register_post_accumulate_grad_hook`` on the trainable parameters that finish last in backward
 for its end. Nothing in torch or the frameworks is patched (the trainer's ``TrainerControl`` is
-given a subclass that notes who stops training: :func:`watch_stops`).
+given a subclass that notes who stops training: :func:`tracetui.probe.stops.watch_stops`).
 
 What the trainer does between one step's end and the next step's begin (evaluation, saving a
 checkpoint, logging: :data:`tracetui.core.phases.BETWEEN`) is its own time, charged to no step: each is
@@ -24,28 +24,23 @@ step's batches there) is that step's data phase.
 
 from __future__ import annotations
 
-import math
-import sys
 import threading
 import time
 from typing import Any, Callable
 
-from transformers import TrainerCallback, TrainerControl
+from transformers import TrainerCallback
 
-from ..core.foreign import caller_frame
-from ..core.phases import BETWEEN, NAMES, PHASES
-from ..events.schema import RUN_SETTINGS, StepRecord, make
-from . import quiet
+from ..core.phases import BETWEEN
+from ..events.schema import RUN_SETTINGS, make
+from . import quiet, turn
+from .batch import first_grad_tensor, queue_rows, queue_values, row_sums
+from .memory import data_peak_gib, reset_data_peak
+from .record import step_record
+from .schedule import between_schedule
 from .settings import read_back
+from .stops import trainer_stop, watch_stops
 from .timing import Mark, make_clock
 
-#: phase (:mod:`tracetui.core.phases`) charged with the time *up to* an edge of this label
-_PHASE_OF = {
-    "step_begin": "data", "fwd_start": "data", "fwd_end": "forward", "bwd_start": "other",
-    "bwd_end": "backward", "sub_end": "other", "pre_opt": "optimizer", "opt_end": "optimizer",
-    "end": "other",
-}
-assert set(_PHASE_OF.values()) == set(NAMES), "every phase is charged by some edge, and no other"
 #: the callback event that ends each kind of the trainer's work between steps
 _BETWEEN_OF = {b.event: b.name for b in BETWEEN}
 
@@ -80,6 +75,9 @@ class Probe(TrainerCallback):
     ``control.should_training_stop``.
     """
 
+    #: who stops training (:mod:`tracetui.probe.stops`): a stop this class's objects set is tracetui's own
+    tracetui_probe = True
+
     def __init__(self, emit: Callable[[dict], None], run_id: str, warmup: int = 0,
                  rank: int = 0, stop_after: Callable[[list[float]], str | None] | None = None):
         self.emit = emit
@@ -102,7 +100,7 @@ class Probe(TrainerCallback):
         self._tail_seen = 0
         self._losses: list[Any] = []
         self._tokens: list[Any] = []
-        #: per micro-batch, on its device: what it trained on (:func:`_row_sums`), read back with the loss
+        #: per micro-batch, on its device: what it trained on (:func:`~tracetui.probe.batch.row_sums`), read back with the loss
         self._rows: list[Any] = []
         self._shapes: list[list[int]] = []
         self._padded_tokens = 0
@@ -127,7 +125,8 @@ class Probe(TrainerCallback):
         #: the machine's CPU picture over the measured steps (:mod:`tracetui.probe.quiet`)
         self.load: dict[str, Any] = {}
         self._quiet_start: dict | None = None
-        #: head starts (:mod:`tracetui.runner.turns`): the run's :class:`~tracetui.runner.turns.Gate`
+        #: head starts (:mod:`tracetui.runner.turns`): the run's :class:`~tracetui.runner.turns.Gate`,
+        #: which says where the probe waits for its turn (:mod:`tracetui.probe.turn`)
         self.gate: Any = None
         #: whether the read-back settings say when the trainer evaluates, saves and logs
         #: (``between_every``: what a projection of the real run counts); a built-in sweep's
@@ -205,7 +204,7 @@ class Probe(TrainerCallback):
             self._padded_tokens += int(ids.numel())
             self._shapes.append([int(ids.shape[0]), int(ids.shape[-1]) if len(ids.shape) > 1 else 1])
         mask = kwargs.get("attention_mask")
-        rows = _row_sums(self._torch, ids, mask, kwargs.get("labels"), kwargs.get("position_ids"))
+        rows = row_sums(self._torch, ids, mask, kwargs.get("labels"), kwargs.get("position_ids"))
         if rows is not None:
             self._rows.append(rows)
         elif mask is not None and hasattr(mask, "sum"):
@@ -218,7 +217,7 @@ class Probe(TrainerCallback):
             return
         self._state = "after_fwd"
         self._mark("fwd_end")
-        tensor = _first_grad_tensor(output)
+        tensor = first_grad_tensor(output)
         if tensor is not None:
             tensor.register_hook(self._bwd_begin)
 
@@ -284,29 +283,20 @@ class Probe(TrainerCallback):
         if self.announce_settings:
             self.emit(self.settings_event())
         if self.gate is not None:
-            self._take_turn()  # built and ready: no step before this run holds the turn
-            self.gate.warming()
+            turn.begin(self)
         if self.warmup == 0:
             self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
 
-    def _take_turn(self) -> None:
-        """Head starts (:mod:`tracetui.runner.turns`): give the turn back once this run's work
-        has finished on the device (the next run's steps must not overlap it), wait for it
-        again, and restart the step clock: the wait is no step's."""
-        self._wait_turn()
-        self._restart_clock()
+    def device_footprint(self) -> float | None:
+        """GiB the process holds on its CUDA device once its queued work there has finished
+        (None on the CPU): what a run waiting for its turn says it needs (:mod:`tracetui.probe.turn`)."""
+        if not self.cuda:
+            return None
+        self._torch.cuda.synchronize(self.device)
+        return self._torch.cuda.memory_reserved(self.device) / 2**30
 
-    def _wait_turn(self) -> None:
-        footprint = None
-        if self.cuda:
-            self._torch.cuda.synchronize(self.device)
-            footprint = self._torch.cuda.memory_reserved(self.device) / 2**30
-        sent = self.gate.take(footprint)
-        if sent is not None and hasattr(self.stop_after, "references"):
-            # --until-confident: the splits measured before this run, complete now that they ended
-            self.stop_after.references = [tuple(r) for r in sent]
-
-    def _restart_clock(self) -> None:
+    def restart_clock(self) -> None:
+        """The next step's time starts now (after a wait for the turn: the wait is no step's)."""
         if self._last_end is not None:
             self._last_end = self.clock.mark("start")
 
@@ -380,33 +370,36 @@ class Probe(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if not self.enabled or self.clock is None or not self._marks:
             return
-        torch = self._torch
         self._finish_learning()
         self._step += 1
-        # Queue the loss/token read-back before the end mark, so the end event completing
-        # means the copy has landed too.
-        values = rows = None
-        if self._rows and len(self._rows) == len(self._shapes):
-            rows = torch.stack(self._rows)
-            rows = rows.to("cpu", non_blocking=True) if self.cuda else rows
-        if self._losses or self._tokens:
-            parts = [torch.stack(self._losses).sum().reshape(1) if self._losses else None,
-                     torch.stack(self._tokens).sum().float().reshape(1) if self._tokens else None]
-            dev = self._losses[0].device if self._losses else self._tokens[0].device
-            nan = torch.full((1,), float("nan"), device=dev)
-            stacked = torch.cat([p if p is not None else nan for p in parts])
-            values = stacked.to("cpu", non_blocking=True) if self.cuda else stacked
-        peak = None
+        due = turn.due(self.gate, self._step)
+        self._end_step(due)
+        self._resolve(block=False)
+        self._apply_stop_rule(control)
+        waits = turn.waits_after(self.gate, self._step, control, state)
+        if waits:
+            turn.wait_turn(self)
+        if self._step == self.warmup and due:
+            self._quiet_start = quiet.snapshot()  # after the wait for the turn, before the clock restarts
+        if waits:
+            self.restart_clock()
+
+    def _end_step(self, turn_due: bool) -> None:
+        """Mark the step's end and hold it back, pending (:meth:`_resolve`), with what it trained on.
+
+        The loss/token read-back is queued before the end mark, so the end event completing means
+        the copy has landed too. After the last warm-up step the machine's picture starts, inside a
+        step that is not counted (a /proc scan in a measured step would be charged to it); where the
+        run waits for its turn after this step (``turn_due``), after the wait instead."""
+        torch = self._torch
+        rows = queue_rows(torch, self._rows, self._shapes, self.cuda)
+        values = queue_values(torch, self._losses, self._tokens, self.cuda)
         if self.cuda:
             peak = torch.cuda.max_memory_allocated(self.device) / 2**30
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             peak = data_peak_gib()
-        # the last warm-up step: the machine's picture starts here, inside a step that is not
-        # counted (a /proc scan in a measured step would be charged to it); where the run waits
-        # for its turn after this step, after the wait instead (and before the clock restarts)
-        after_turn = self.gate is not None and self.gate.due(self._step)
-        if self._step == self.warmup and not after_turn:
+        if self._step == self.warmup and not turn_due:
             self._quiet_start = quiet.snapshot()
         with self._lock:
             end = self.clock.mark("end")
@@ -421,50 +414,28 @@ class Probe(TrainerCallback):
         self._last_end = end
         self._losses, self._tokens, self._rows, self._shapes = [], [], [], []
         self._samples = self._padded_tokens = 0
-        self._resolve(block=False)
-        if self.stop_after is not None and self.stop_reason is None:
-            if getattr(self.stop_after, "takes_steps", False):
-                self.stop_reason = self.stop_after(self._measured_walls, self._measured_steps) or None
-            else:
-                self.stop_reason = self.stop_after(self._measured_walls) or None
-            if self.stop_reason:
-                control.should_training_stop = True
-        turn = False
-        if self.gate is not None:
-            turn = self.gate.due(self._step) and not control.should_training_stop and state.global_step < state.max_steps
-            if turn:
-                self._wait_turn()
-        if self._step == self.warmup and after_turn:
-            self._quiet_start = quiet.snapshot()
-        if turn:
-            self._restart_clock()
+
+    def _apply_stop_rule(self, control: Any) -> None:
+        """Adaptive stopping (``stop_after``): once it gives a reason, training stops."""
+        if self.stop_after is None or self.stop_reason is not None:
+            return
+        if getattr(self.stop_after, "takes_steps", False):
+            self.stop_reason = self.stop_after(self._measured_walls, self._measured_steps) or None
+        else:
+            self.stop_reason = self.stop_after(self._measured_walls) or None
+        if self.stop_reason:
+            control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
         self._resolve(block=True)
         if self._quiet_start is not None:
             self.load = quiet.between(self._quiet_start, quiet.snapshot())
-        if self.gate is not None:
-            self.gate.end()
+        turn.end(self.gate)
 
     def trainer_stop(self, state: Any) -> str | None:
-        """Why the trainer ended before its planned steps, in words (``stopped by the trainer at
-        step 5 of 12: EarlyStoppingCallback set should_training_stop in on_evaluate``), or None:
-        it ran them all, or tracetui's own stopping rule ended it (``stop_reason``)."""
-        done, planned = int(getattr(state, "global_step", 0) or 0), int(getattr(state, "max_steps", 0) or 0)
-        if self.stop_reason or not planned or done >= planned:
-            return None
-        setter = stopped_by(self._control)
-        if setter is not None and setter.get("probe"):
-            return None
-        if setter is None:
-            why = "its training loop ended with no callback setting should_training_stop (the training data ran out)"
-        elif setter.get("kind") == "callback":
-            why = f"{setter['who']} set should_training_stop in {setter['in']}"
-        elif setter.get("kind") == "trainer":
-            why = f"the trainer's own loop set should_training_stop ({setter['who']}.{setter['in']})"
-        else:
-            why = f"{setter['who']} set should_training_stop"
-        return f"stopped by the trainer at step {done} of {planned}: {why}"
+        """Why the trainer ended before its planned steps, in words, or None
+        (:func:`tracetui.probe.stops.trainer_stop`)."""
+        return trainer_stop(state, self._control, self.stop_reason)
 
     # ---- resolution ------------------------------------------------------------------------
     def _resolve(self, block: bool) -> None:
@@ -483,237 +454,10 @@ class Probe(TrainerCallback):
             self._pending.pop(0)
             if item is self._after:
                 self._after = None  # (the end of training: nothing more follows it)
-            record = self._record(item)
+            record = step_record(item, self.clock, warmup=self.warmup, rank=self.rank, world=self.world,
+                                 settings=self.settings, logged_loss=self._logged_loss)
             if not record.warmup:
                 self._measured_walls.append(record.wall_ms)
                 self._measured_steps.append((record.step, record.extra.get("fingerprint"), record.wall_ms))
             self.emit(record.to_event(self.run_id))
-
-    def _record(self, item: dict) -> StepRecord:
-        marks: list[Mark] = item["marks"]
-        phases: dict[str, Any] = {p.name: [] if p.per_micro else 0.0 for p in PHASES}
-        for a, b in zip(marks, marks[1:]):
-            ms = max(0.0, self.clock.elapsed_ms(a, b))
-            phase = _PHASE_OF.get(b.label, "other")
-            if isinstance(phases[phase], list):
-                phases[phase].append(ms)
-            else:
-                phases[phase] += ms
-        bwd = phases["backward"]
-        wall = self.clock.elapsed_ms(marks[0], marks[-1])
-        host_ms = (marks[-1].host - marks[0].host) * 1000.0
-        between: dict[str, list[float]] = {}
-        for kind, a, b in item["between"]:
-            between.setdefault(kind, []).append(max(0.0, self.clock.elapsed_ms(a, b)))
-        # the last mark is the next step's start: kept (the step's end, or the last work after it)
-        self.clock.release(marks[:-1] + [a for _, a, _ in item["between"]])
-        loss = tokens = None
-        if item["values"] is not None:
-            vals = item["values"].tolist()
-            loss = vals[0] if item["has_loss"] else None
-            tokens = int(vals[1]) if item["has_tokens"] else None
-        if loss is None:
-            loss = self._logged_loss.pop(item["step"], None)
-        extra = {"t_end": item["t_end"]}
-        if between:
-            extra["between_ms"] = between
-        if item["shapes"]:
-            extra["micro_shapes"] = item["shapes"]
-        if item["rows"] is not None:
-            sums = item["rows"].tolist()  # per micro-batch: real tokens, their ids' sum, scored, pairs
-            tokens = sum(r[0] for r in sums)
-            extra["fingerprint"] = fingerprint(tokens, sum(r[1] for r in sums))
-            scored = [r[2] for r in sums]
-            extra["scored_tokens"] = sum(scored) if min(scored) >= 0 else None
-            extra["token_pairs"] = sum(p if p >= 0 else b * t * t for (b, t), (*_, p) in zip(item["shapes"], sums))
-        if tokens is None:
-            tokens = item["padded"] or None
-        if loss is not None and not math.isfinite(loss):
-            extra["loss_finite"] = False  # a log keeps it as null (JSON has no NaN): say so apart
-        if self.world > 1 and bwd and not str((self.settings or {}).get("sharding_used", "")).startswith("fsdp"):
-            # DDP: only the last micro-batch synchronises (the others run inside no_sync()): the
-            # difference to the others estimates the exposed all-reduce time. FSDP communicates
-            # in every micro-batch, so no micro-batch is free of it to compare against.
-            extra["backward_sync_ms"] = bwd[-1]
-            extra["backward_nosync_ms"] = sum(bwd[:-1])
-            if len(bwd) > 1:
-                rest = sorted(bwd[:-1])
-                extra["comm_est_ms"] = max(0.0, bwd[-1] - rest[len(rest) // 2])
-        # ``other`` absorbs rounding so the phases add up to the wall time exactly.
-        counted = sum(sum(v) if isinstance(v, list) else v for name, v in phases.items() if name != "other")
-        phases["other"] = max(0.0, wall - counted)
-        return StepRecord(
-            step=item["step"], warmup=item["step"] <= self.warmup, wall_ms=wall, host_ms=host_ms,
-            phases=phases, loss=loss, tokens=tokens,
-            samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=self.rank,
-            extra=extra,
-        )
-
-
-class _WatchedControl(TrainerControl):
-    """The trainer's ``TrainerControl``, which notes who sets ``should_training_stop`` (the frame
-    that assigns it: a callback, the trainer's own loop, or another function) as training is
-    stopped: the one way to say which of several callbacks stopped it, whatever event it did it
-    in. Given to the one object the trainer passes its callbacks (:func:`watch_stops`); its
-    fields, and what the trainer saves of it, are unchanged."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "should_training_stop":
-            if not value:
-                self.__dict__.pop("_tracetui_stopped_by", None)
-            elif not self.__dict__.get(name):
-                try:
-                    self.__dict__["_tracetui_stopped_by"] = _setter(caller_frame(1))
-                except Exception:  # noqa: BLE001 - never break the user's training
-                    pass
-        object.__setattr__(self, name, value)
-
-
-def watch_stops(control: Any) -> bool:
-    """Have the trainer's control object note who stops training (:class:`_WatchedControl`);
-    whether it does (a control object of another class is left as it is)."""
-    if type(control) is TrainerControl:
-        control.__class__ = _WatchedControl
-    if isinstance(control, _WatchedControl):
-        control.__dict__.pop("_tracetui_stopped_by", None)  # a new training
-        return True
-    return False
-
-
-def stopped_by(control: Any) -> dict | None:
-    """Who set ``control.should_training_stop`` in this training (:func:`watch_stops`), or None."""
-    return getattr(control, "__dict__", {}).get("_tracetui_stopped_by")
-
-
-def _setter(frame: Any) -> dict:
-    """Who runs in ``frame`` (the one that set the flag) or the frames that called it: the first
-    callback (``kind`` callback; ``probe`` where it is tracetui's own), else the trainer (its own
-    loop), else the function that set it."""
-    first = frame
-    trainer = getattr(sys.modules.get("transformers.trainer"), "Trainer", ())
-    for _ in range(8):
-        if frame is None:
-            break
-        owner = frame.f_locals.get("self")
-        name = type(owner).__name__
-        if isinstance(owner, TrainerCallback) and name != "CallbackHandler":
-            event = frame.f_code.co_name
-            while frame.f_back is not None and frame.f_back.f_locals.get("self") is owner:
-                frame = frame.f_back  # a helper of the callback's: the event that called it
-                event = frame.f_code.co_name
-            return {"kind": "callback", "who": name, "in": event, "probe": isinstance(owner, Probe)}
-        if trainer and isinstance(owner, trainer):
-            return {"kind": "trainer", "who": name, "in": frame.f_code.co_name}
-        frame = frame.f_back
-    return {"kind": "function", "who": getattr(first.f_code, "co_qualname", first.f_code.co_name)}
-
-
-def between_schedule(args: Any, state: Any, loader: Any = None) -> dict:
-    """When the trainer evaluates, saves and logs between steps (:data:`tracetui.core.phases.BETWEEN`),
-    from its arguments, as :func:`tracetui.analysis.between.occurrences` counts them for a run of
-    any length: ``every`` N optimizer steps (``ratio``: a fraction of the run's steps, as
-    ``eval_steps=0.25``), from step ``delay``, once more at the end where the trainer does that
-    (``at_end``), on the first step (``first``); ``epoch``: at each epoch's end, of ``every``
-    steps (unknown: absent); ``every`` 0: never. A kind decided as it goes (``save_strategy="best"``)
-    is absent."""
-    ga = max(1, int(getattr(args, "gradient_accumulation_steps", 1) or 1))
-    try:
-        per_epoch = math.ceil(len(loader) / ga) if loader is not None else None
-    except TypeError:  # a loader without a length (an iterable data set)
-        per_epoch = None
-    out: dict[str, dict] = {}
-    for kind, strategy, raw in (("eval", "eval_strategy", "eval_steps"), ("save", "save_strategy", "save_steps"),
-                                ("log", "logging_strategy", "logging_steps")):
-        how = str(getattr(getattr(args, strategy, None), "value", getattr(args, strategy, None)) or "no")
-        if how == "no":
-            out[kind] = {"every": 0}
-        elif how == "steps":
-            given, every = getattr(args, raw, None), getattr(state, raw, None)
-            if not every:
-                continue
-            entry: dict[str, Any] = {"every": int(every)}
-            if isinstance(given, float) and 0 < given < 1:
-                entry["ratio"] = given
-            if kind == "eval":
-                entry.update(delay=int(getattr(args, "eval_delay", 0) or 0), at_end=True)
-            elif kind == "save":
-                entry["at_end"] = True
-            elif getattr(args, "logging_first_step", False):
-                entry["first"] = True
-            out[kind] = entry
-        elif how == "epoch" and per_epoch:
-            out[kind] = {"every": per_epoch, "epoch": True}
-    return out
-
-
-def _row_sums(torch: Any, ids: Any, mask: Any, labels: Any, positions: Any) -> Any:
-    """What one micro-batch trains on, as four whole numbers left on its device (summed there, read
-    back with the step's loss once its end event has completed: no synchronisation): its real tokens
-    (the attention mask's sum), the sum of their ids, the positions the loss scores (next-token labels
-    that are not -100; -1 without labels) and the query-key pairs attention spans (the sum over
-    sequences of their length squared: from the position ids of a padding-free batch, -1 where the
-    padded shape gives it). None for inputs that are not a batch of token ids."""
-    if torch is None or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
-        return None
-    if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
-        m = mask.to(torch.int64)
-        real, id_sum = m.sum(), (ids * m).sum()
-    else:
-        real, id_sum = ids.new_full((), ids.numel(), dtype=torch.int64), ids.sum(dtype=torch.int64)
-    if isinstance(labels, torch.Tensor) and labels.shape == ids.shape:
-        scored = (labels[:, 1:] != -100).sum()
-    else:
-        scored = real.new_full((), -1)
-    if mask is None and isinstance(positions, torch.Tensor) and positions.shape == ids.shape:
-        pairs = (2 * positions.to(torch.int64) + 1).sum()  # a sequence of n positions 0..n-1 sums to n*n
-    else:
-        pairs = real.new_full((), -1)
-    return torch.stack([real.to(torch.int64), id_sum.to(torch.int64), scored.to(torch.int64), pairs])
-
-
-def fingerprint(tokens: int, id_sum: int) -> str:
-    """The rows an optimizer step trained on, in a few characters: from its real tokens and the sum
-    of their ids over all its micro-batches, so the same rows give the same fingerprint however
-    they are split into micro-batches, padded or packed into a padding-free row."""
-    import hashlib
-
-    return hashlib.blake2b(f"{tokens}:{id_sum}".encode(), digest_size=6).hexdigest()
-
-
-def reset_data_peak() -> None:
-    """Start :func:`data_peak_gib`'s window: reset the kernel's resident high-water mark
-    (``/proc/self/clear_refs`` 5; where refused, the window is the process's life)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
-
-
-def data_peak_gib() -> float | None:
-    """On the CPU, the process's peak data size (GiB) since :func:`reset_data_peak`: what
-    ``--memory-limit`` caps there (``RLIMIT_DATA``). The kernel keeps no peak of the data size,
-    but does of the resident size: the resident high-water mark less file-backed pages, plus the
-    data that is mapped but not resident. None where ``/proc`` says nothing (not Linux)."""
-    try:
-        with open("/proc/self/status") as fh:
-            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in fh) if v.strip().endswith("kB")}
-        peak = kb["VmHWM"] - kb.get("RssFile", 0) - kb.get("RssShmem", 0) + max(0, kb["VmData"] - kb["RssAnon"])
-    except (OSError, KeyError, ValueError, IndexError):
-        return None
-    return peak / 2**20
-
-
-def _first_grad_tensor(output: Any) -> Any:
-    """The first output tensor that requires grad: the loss if the model computed it, else
-    what the loss is computed from (logits, or TRL's fused ``log_probs``)."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output if output.requires_grad else None
-    values = output.values() if hasattr(output, "values") else output if isinstance(output, (tuple, list)) else ()
-    for v in values:
-        if isinstance(v, torch.Tensor) and v.requires_grad:
-            return v
-    return None
 

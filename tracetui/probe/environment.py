@@ -42,11 +42,14 @@ def environment(device: str) -> dict[str, Any]:
                    gpu_uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "")
         try:
             import pynvml
-
-            pynvml.nvmlInit()
-            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:  # noqa: BLE001 - no NVML: the driver stays unknown
-            pass
+        except ImportError:
+            pynvml = None  # no NVML: the driver stays unknown
+        if pynvml is not None:
+            try:
+                pynvml.nvmlInit()
+                env["driver"] = pynvml.nvmlSystemGetDriverVersion()
+            except pynvml.NVMLError:  # (its library not found included): the driver stays unknown
+                pass
     else:
         env["gpu_name"] = None
         env["cpu"] = platform.processor() or platform.machine()

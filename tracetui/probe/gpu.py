@@ -23,18 +23,18 @@ def open_nvml(index: int | None = None, uuid: str | None = None) -> tuple[Any, A
         return None, None, "NVML is not installed (pip install nvidia-ml-py); no GPU samples"
     try:
         pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError and loader errors alike
+    except Exception as exc:  # noqa: BLE001 - NVMLError and loader errors alike: the reason is returned for a notice
         return None, None, f"NVML is not available ({exc}); no GPU samples"
     try:
         handle = None
         if uuid:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            except Exception:  # noqa: BLE001 - fall back to the index
+            except pynvml.NVMLError:  # fall back to the index
                 handle = None
         if handle is None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the reason is returned for a notice
         return None, None, f"NVML cannot open GPU {index} ({exc}); no GPU samples"
     return pynvml, handle, None
 
@@ -170,7 +170,7 @@ class GpuSampler:
             try:
                 census = self.samples % self._census_every == 0
                 sample = read_sample(self._nvml, self._handle, self.gpu_index, census=census)
-            except Exception as exc:  # noqa: BLE001 - NVML failing mid-run
+            except Exception as exc:  # noqa: BLE001 - NVML failing mid-run: said in a notice
                 self.emit(make(NOTICE, self.run_id, level="warning",
                                message=f"GPU sampling stopped: NVML failed mid-run ({exc}); timings go on"))
                 return

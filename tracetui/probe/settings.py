@@ -58,9 +58,7 @@ def _precision(args: Any, model: Any) -> str:
     mode = "bf16" if _arg(args, "bf16", default=False) else "fp16" if _arg(args, "fp16", default=False) else "fp32"
     try:
         dtype = str(next(p for p in model.parameters() if not p.requires_grad).dtype).replace("torch.", "")
-    except StopIteration:
-        dtype = ""
-    except Exception:  # noqa: BLE001 - a model without parameters() reports the mode alone
+    except (StopIteration, AttributeError, TypeError):  # no frozen weights, or a model without parameters()
         dtype = ""
     return f"{mode} (weights {dtype})" if dtype else mode
 
@@ -124,7 +122,7 @@ def _tf32() -> bool | None:
         import torch
 
         return bool(torch.backends.cuda.matmul.allow_tf32)
-    except Exception:  # noqa: BLE001 - a torch without the switch: not known
+    except (ImportError, AttributeError):  # no torch, or one without the switch: not known
         return None
 
 
@@ -133,15 +131,7 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
     work, work_missing = _work(model)
     config = getattr(model, "config", None)
     targets, dropout, rank = _lora(model)
-    opt = None
-    if optimizer is not None:
-        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
-        opt = type(inner).__name__
-        defaults = getattr(inner, "defaults", {}) or {}
-        if defaults.get("fused"):
-            opt += " (fused)"
-        elif defaults.get("foreach"):
-            opt += " (foreach)"
+    opt = _optimizer_name(optimizer)
     compiled = bool(_arg(args, "torch_compile", default=False))
     world = int(_arg(args, "world_size", default=1) or 1)
     sharding = _sharding(model, world)
@@ -184,7 +174,27 @@ def read_back(args: Any, model: Any, optimizer: Any = None) -> dict[str, Any]:
         "model_work_missing": work_missing,
         "tf32": _tf32(),
     }
-    for key, value in list(out.items()):  # enums and other objects as their plain names
+    return _plain(out)
+
+
+def _optimizer_name(optimizer: Any) -> str | None:
+    """The optimizer's class as the trainer built it, with its fused or foreach kernels said."""
+    if optimizer is None:
+        return None
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps the optimizer
+    name = type(inner).__name__
+    defaults = getattr(inner, "defaults", {}) or {}
+    if defaults.get("fused"):
+        name += " (fused)"
+    elif defaults.get("foreach"):
+        name += " (foreach)"
+    return name
+
+
+def _plain(out: dict[str, Any]) -> dict[str, Any]:
+    """The read-back settings as plain values an event carries: enums and other objects as their
+    plain names, the checkpointing keyword arguments as plain values."""
+    for key, value in list(out.items()):
         if isinstance(value, enum.Enum):
             out[key] = value.value
         elif value is not None and not isinstance(value, (bool, int, float, str, list, dict)):

@@ -174,7 +174,7 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     # anything: the two probes' line predicts 8x1 at 2.32-2.62 GiB from run to run (2x1's peak read
     # 1.68-1.74 GiB; 8x1 really needs over 2.6), 4x2 at 1.90-2.04 GiB
     limit = _limit_above_a_trials_base()
-    cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=6, warmup=1, repeats=1, device="cpu",
+    cfg = SweepConfig(effective_batch=[8], seq_len=512, steps=5, warmup=1, repeats=1, device="cpu",
                       memory_limit=limit, search=True, runs_dir=str(tmp_path))
     trials = validate(cfg)
     planner = make_planner(cfg, trials)
@@ -194,11 +194,11 @@ def test_real_cpu_search_with_memory_limit(tmp_path):
     probes = [r for r in results.runs.values() if r.started.get("why", "").startswith("memory probe")]
     assert sorted(r.trial.split for r in probes) == ["1x1", "2x1"]
     assert all(s["peak_mem_gib"] > 0 for r in probes for s in r.steps)
-    # a probe runs the warm-up and three measured steps, not the sweep's six: as its own
+    # a probe runs the warm-up and three measured steps, not the sweep's five: as its own
     # config says, and as it says why it ran
     assert all([s["step"] for s in r.steps] == [1, 2, 3, 4] and r.started["config"]["steps"] == 4
                and ", 4 steps, to learn peak memory" in r.started["why"] for r in probes)
-    assert len(results.runs[next(i for i in results.runs if i.endswith("/4x2"))].steps) == 6
+    assert len(results.runs[next(i for i in results.runs if i.endswith("/4x2"))].steps) == 5
 
 
 @pytest.mark.slow

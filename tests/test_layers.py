@@ -152,3 +152,11 @@ def test_a_headless_command_imports_no_textual(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "False"], (out.stdout, out.stderr[-2000:])
+
+
+def test_nvml_is_opened_in_one_module():
+    """GPU facts come from NVML through tracetui/core/nvml.py alone."""
+    modules = _modules()
+    openers = sorted(name for name, path in modules.items()
+                     if any("pynvml" in _targets(name, path, n, modules) for n in _import_nodes(path)))
+    assert openers == ["tracetui.core.nvml"], openers

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from ..analysis import (MEMORY_SHARE, PROBE_WHY, SETTLE_Z, enough_for_interval, order_stat_ci, paired_log_ratios,
                         predicted_text, settle_interval)
 from ..core.columns import fmt_gib
+from ..core.nvml import NvmlUnavailable, memory_bytes
 from ..core.knobs import SHORT
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from ..probe.gpu import physical_index
@@ -426,16 +427,10 @@ def card_memory(cfg, free: bool = False) -> tuple[float | None, str]:
     if cfg.device == "cpu":
         return None, ""
     try:
-        import pynvml
-    except ImportError as exc:
-        return None, f"pynvml cannot be imported ({exc})"
-    try:
-        pynvml.nvmlInit()
-        index = physical_index((cfg.gpu_list() or [cfg.gpu_index()])[0])
-        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
-    except pynvml.NVMLError as exc:
-        return None, f"NVML cannot read the card's memory ({exc})"
-    return (info.free if free else info.total) / 2**30, ""
+        total, available = memory_bytes(physical_index((cfg.gpu_list() or [cfg.gpu_index()])[0]))
+    except NvmlUnavailable as exc:
+        return None, str(exc)
+    return (available if free else total) / 2**30, ""
 
 
 def make_search(cfg, trials: list[Trial], short_runs: bool = True) -> SearchPlanner:

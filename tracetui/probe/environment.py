@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..core.nvml import NvmlUnavailable, driver_version
+
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate")
 
@@ -41,15 +43,9 @@ def environment(device: str) -> dict[str, Any]:
                    cuda=torch.version.cuda,
                    gpu_uuid=f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "")
         try:
-            import pynvml
-        except ImportError:
-            pynvml = None  # no NVML: the driver stays unknown
-        if pynvml is not None:
-            try:
-                pynvml.nvmlInit()
-                env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-            except pynvml.NVMLError:  # (its library not found included): the driver stays unknown
-                pass
+            env["driver"] = driver_version()
+        except NvmlUnavailable:  # the driver stays unknown (the record has no field for why)
+            pass
     else:
         env["gpu_name"] = None
         env["cpu"] = platform.processor() or platform.machine()

@@ -11,6 +11,8 @@ import threading
 from typing import Any, Callable
 
 from ..core import envvars
+from ..core.nvml import NvmlUnavailable
+from ..core.nvml import device as nvml_device
 from ..events.schema import NOTICE, GpuSample, make
 from .quiet import measuring_root
 
@@ -18,25 +20,10 @@ from .quiet import measuring_root
 def open_nvml(index: int | None = None, uuid: str | None = None) -> tuple[Any, Any, str | None]:
     """Return ``(pynvml module, device handle, None)`` or ``(None, None, why)``."""
     try:
-        import pynvml
-    except ImportError:
-        return None, None, "NVML is not installed (pip install nvidia-ml-py); no GPU samples"
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError and loader errors alike: the reason is returned for a notice
-        return None, None, f"NVML is not available ({exc}); no GPU samples"
-    try:
-        handle = None
-        if uuid:
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            except pynvml.NVMLError:  # fall back to the index
-                handle = None
-        if handle is None:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
-    except Exception as exc:  # noqa: BLE001 - the reason is returned for a notice
-        return None, None, f"NVML cannot open GPU {index} ({exc}); no GPU samples"
-    return pynvml, handle, None
+        nvml, handle = nvml_device(index, uuid)
+    except NvmlUnavailable as exc:
+        return None, None, f"{exc}; no GPU samples"
+    return nvml, handle, None
 
 
 #: clock-event reasons that are not the workload's own doing (thermal limits, hardware brakes);

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..core import clock
 from ..core.config import ConfigError, SweepConfig, dataset_kind, model_kind
+from ..core.nvml import NvmlUnavailable, device_count
 from ..core.presets import build_config
 from ..core.text import say
 from .forkrun import own_output
@@ -337,11 +338,8 @@ GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvhost-ctrl", "/dev/nvmap", "/dev/kf
 def gpu_count() -> int:
     """GPUs on this machine, without initialising CUDA in this process (NVML, else torch)."""
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:  # noqa: BLE001 - no NVML: ask torch
+        return device_count()
+    except NvmlUnavailable:  # no NVML: ask torch
         if sys.platform.startswith("linux") and not any(os.path.exists(d) for d in GPU_DEVICE_FILES):
             return 0  # no device a GPU runtime could open: no need to import torch to know it
         try:

@@ -23,6 +23,8 @@ from typing import Callable
 
 from ..core import clock
 from ..core.config import SweepConfig
+from ..core.nvml import NvmlUnavailable
+from ..core.nvml import names as gpu_names
 from ..events.schema import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..core.knobs import KNOBS, SHORT
 from ..planning.plan import WAIT, Decision, GridPlanner, Measured, Planner, RunSpec, TrialResult
@@ -579,13 +581,9 @@ def gpu_model_warnings(lanes: list[int | None]) -> list[str]:
     if len(gpus) < 2:
         return []
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        names = {g: pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus}
-    except Exception:  # noqa: BLE001 - no NVML: nothing to compare
-        return []
-    names = {g: (n.decode() if isinstance(n, bytes) else n) for g, n in names.items()}
+        names = gpu_names(gpus)
+    except NvmlUnavailable as exc:
+        return [f"the GPUs' models cannot be compared: {exc}"]
     if len(set(names.values())) > 1:
         listed = ", ".join(f"GPU {g}: {n}" for g, n in names.items())
         return [f"the GPUs are not the same model ({listed}): their times cannot be compared with each other"]

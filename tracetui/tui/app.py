@@ -15,10 +15,11 @@ from pathlib import Path
 
 from rich.text import Text
 from textual import events, on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -206,8 +207,8 @@ class TraceApp(Quitting, TableFilter, App):
         self.notices.append((severity, message))
         try:
             self.query_one(StatusLine).say(message, severity)
-        except Exception:  # noqa: BLE001 - before the screen is up, or after it is gone
-            pass
+        except (ScreenStackError, NoMatches):  # before the screen is up, after it is gone, under the help screen
+            pass  # (kept in notices all the same: the help screen lists them)
 
     # ---- events -> screen ---------------------------------------------------------------------
     def apply_events(self) -> int:

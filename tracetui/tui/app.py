@@ -11,6 +11,7 @@ back.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from rich.text import Text
@@ -205,10 +206,8 @@ class TraceApp(Quitting, TableFilter, App):
     def say(self, message: str, severity: str = "information") -> None:
         """A notice on the status line (never a toast over the table)."""
         self.notices.append((severity, message))
-        try:
+        with suppress(ScreenStackError, NoMatches):  # no screen yet or any more, or the help screen's (it lists them)
             self.query_one(StatusLine).say(message, severity)
-        except (ScreenStackError, NoMatches):  # before the screen is up, after it is gone, under the help screen
-            pass  # (kept in notices all the same: the help screen lists them)
 
     # ---- events -> screen ---------------------------------------------------------------------
     def apply_events(self) -> int:

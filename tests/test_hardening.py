@@ -138,6 +138,26 @@ def test_a_receiver_that_raises_costs_that_event_only(tmp_path):
         listener.close()
 
 
+def test_a_notice_receiver_that_raises_is_counted_and_said_and_the_listener_serves_on(tmp_path):
+    got = []
+
+    def on_notice(line):
+        raise RuntimeError("notice receiver choked")
+
+    listener = SocketListener(str(tmp_path / "d" / "w.sock"), got.append, on_notice=on_notice).start()
+    try:
+        c = _client(listener.path)
+        c.sendall(b"not json\n")
+        fault = "listener error in its checks of silent connections and the socket (RuntimeError)"
+        wait_until(lambda: listener.dropped.get(fault, 0) >= 1, 10)
+        c.sendall(_line(_step("fine")))
+        wait_until(lambda: [e["run_id"] for e in got] == ["fine"], 10)
+        assert fault in listener.describe_drops()
+        c.close()
+    finally:
+        listener.close()
+
+
 @pytest.mark.parametrize("field, value", [
     ("config", [1]), ("config", {"steps": "ten"}), ("config", {"a": {"b": {"c": {"d": 1}}}}), ("env", "cpu"),
     ("env", {"gpu_name": 3}), ("env", {"gpu_total_gib": "big"}), ("settings", [1]), ("quiet", 5),

@@ -124,6 +124,11 @@ class SocketListener:
     def _drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
+    def _fault(self, where: str, exc: BaseException) -> None:
+        """A failure of the listener's own loop (not of one connection): counted by where and
+        what it was, so that the live line and the end say it; the loop goes on."""
+        self._drop(f"listener error in {where} ({type(exc).__name__})")
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             timeout = 0.2
@@ -136,22 +141,23 @@ class SocketListener:
                     timeout = min(timeout, left)
             try:
                 ready = self._sel.select(timeout=timeout)
-            except Exception:  # noqa: BLE001 - the loop must live; do not spin either
+            except Exception as exc:  # noqa: BLE001 - counted in dropped, so said (on_notice, describe_drops); the loop must live, and not spin
+                self._fault("waiting for connections", exc)
                 self._stop.wait(0.1)
                 continue
             try:
                 self._close_silent(time.monotonic() - self.silent_s)
                 self._say_news()
-            except Exception:  # noqa: BLE001 - the loop must live
-                pass
+            except Exception as exc:  # noqa: BLE001 - counted in dropped, so said (on_notice, describe_drops); the loop must live
+                self._fault("its checks of silent connections and the socket", exc)
             for key, _mask in ready:
                 try:
                     if key.data is None:
                         self._accept()
                     else:
                         self._read(key.fileobj, key.data)
-                except Exception:  # noqa: BLE001 - one connection's trouble is its own
-                    self._drop("connection error")
+                except Exception as exc:  # noqa: BLE001 - counted in dropped, so said (on_notice, describe_drops); one connection's trouble is its own
+                    self._drop(f"connection error ({type(exc).__name__})")
                     if key.data is not None:
                         self._close_conn(key.fileobj, key.data)
         for key in list(self._sel.get_map().values()):
@@ -294,7 +300,7 @@ class SocketListener:
             return
         try:
             self.on_event(event)
-        except Exception:  # noqa: BLE001 - a receiver that chokes on one event costs that event only
+        except Exception:  # noqa: BLE001 - counted in dropped, so said (on_notice, describe_drops); a receiver that chokes on one event costs that event only
             self._drop("event not handled")
             return
         self.accepted += 1

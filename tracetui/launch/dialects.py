@@ -205,6 +205,10 @@ class Flags:
         """What the runs of this kind of command get that the user did not write (one line each)."""
         return []
 
+    def library_reads(self, name: str, value: Any) -> bool:
+        """Whether ``name`` at ``value`` reaches the library under its own name (its ``Knob.accepts`` apply)."""
+        return True
+
     # ---- the recommendation handed back -----------------------------------------------------
     def words(self, cmd: list[str]) -> Callable[[dict], str] | None:
         """How a recommendation says a trial in this command's own terms (:func:`tracetui.analysis.
@@ -346,6 +350,10 @@ class ConfigFile(Flags):
     def notes(self) -> list[str]:
         return [f"{name}={value} unless set: {why}" for name, (value, why) in self.dialect.env.items()
                 if name not in os.environ]
+
+    def library_reads(self, name: str, value: Any) -> bool:  # (axolotl's optimizer key takes axolotl's own names)
+        keys = self.dialect.settings.get(name)
+        return keys is None or set(keys(value)) == set(KNOBS[name].sft(value))
 
     def check(self, cmd: list[str], varied: dict) -> None:
         for name in varied:

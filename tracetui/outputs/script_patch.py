@@ -262,31 +262,11 @@ def find_changes(values: dict[str, Any], path: str | None, line: int | None = No
     (``x.per_device_train_batch_size = 2``) counts only where it is that value (an assignment in
     a branch the run did not take, or to another object, is left alone)."""
     found = Found()
-    fields = [f for f in values if f not in MODEL_FIELDS]
-    target = path or script
-    try:
-        src = _Source(target) if target else None
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError) as exc:
-        why = f"the arguments are built at {shown(target)}{f':{line}' if line else ''}, which cannot be read " \
-              f"({getattr(exc, 'strerror', None) or exc})"
-        found.changes = [Change(f, v, ELSEWHERE, target, line, why=why) for f, v in values.items()]
-        return found
+    src = _open_source(values, path or script, line, shown, found)
     if src is None:
-        found.changes = [Change(f, v, ELSEWHERE, why="where the script builds its arguments is not known")
-                         for f, v in values.items()]
         return found
-    call = None
-    where = ""
-    if line:
-        call = _covering(src, line, call_name, fields)
-        where = f"{call_name or 'its arguments'} built at {shown(src.path)}:{line}"
-    else:
-        calls = [c for c in _calls(src.tree) if any(k.arg == SPLIT_FIELDS[0] for k in c.keywords)]
-        if len(calls) == 1:
-            call = calls[0]
-        where = (f"{len(calls)} calls in {shown(src.path)} pass {SPLIT_FIELDS[0]} "
-                 f"({', '.join(f'line {c.lineno}' for c in calls)}): which one the trainer received is not known"
-                 if calls else f"no call in {shown(src.path)} passes {SPLIT_FIELDS[0]}")
+    fields = [f for f in values if f not in MODEL_FIELDS]
+    call, where = _constructor_call(src, line, call_name, fields, shown)
     constructor = call is not None and (not call_name or _name(call) == call_name)
     missing: list[tuple[str, Any]] = []
     for name, value in values.items():
@@ -295,37 +275,78 @@ def find_changes(values: dict[str, Any], path: str | None, line: int | None = No
             continue
         assigned = [n for n in _assignments(src, name)
                     if had is None or name not in had or not _literal(n.value) or _is(n.value, had[name])]
-        kw = next((k for k in call.keywords if k.arg == name), None) if call is not None else None
-        said = _said(src, call, shown) if call is not None else ""
-        if kw is not None and _literal(kw.value):
-            old, same = _replace(src, kw.value, value, found)
-            change = Change(name, value, LITERAL, src.path, kw.value.lineno, old, said, same=same)
-        elif kw is not None:
-            change = Change(name, value, EXPRESSION, src.path, kw.value.lineno, src.segment(kw.value), said)
-        elif call is not None and any(k.arg is None for k in call.keywords) and not assigned:
-            star = next(k for k in call.keywords if k.arg is None)
-            change = Change(name, value, KWARGS, src.path, call.lineno, "**" + src.segment(star.value), said)
-        elif call is not None and constructor and not assigned:
+        change = _call_change(src, name, value, call, constructor, bool(assigned), where, line, found, shown)
+        if change is not None and change.kind == ADDED:
             missing.append((name, value))
-            change = Change(name, value, ADDED, src.path, call.lineno, call=said)
-        elif not assigned:
-            why = f"{where}, by {said}, which does not pass {name}" if call is not None else where
-            change = Change(name, value, ELSEWHERE, src.path, line, why=why)
-        else:
-            change = None
         for node in assigned:  # what the trainer gets is the last of these
-            if _literal(node.value):
-                old, same = _replace(src, node.value, value, found)
-                later = Change(name, value, ASSIGNED, src.path, node.lineno, old, same=same)
-            else:
-                later = Change(name, value, EXPRESSION, src.path, node.lineno, src.segment(node.value))
-            found.changes.append(later)
+            found.changes.append(_assigned_change(src, name, value, node, found))
         if change is not None:
             found.changes.append(change)
     if missing:
         found.edits.append(_added(src, call, missing))
     found.changes.sort(key=lambda c: (c.file, c.line or 0))
     return found
+
+
+def _open_source(values: dict[str, Any], target: str | None, line: int | None, shown, found: Found) -> _Source | None:
+    """The file the arguments are built in, parsed; None (every field in ``found`` said to be
+    set elsewhere, and why) where it is not known or cannot be read."""
+    try:
+        src = _Source(target) if target else None
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError) as exc:
+        why = f"the arguments are built at {shown(target)}{f':{line}' if line else ''}, which cannot be read " \
+              f"({getattr(exc, 'strerror', None) or exc})"
+        found.changes = [Change(f, v, ELSEWHERE, target, line, why=why) for f, v in values.items()]
+        return None
+    if src is None:
+        found.changes = [Change(f, v, ELSEWHERE, why="where the script builds its arguments is not known")
+                         for f, v in values.items()]
+    return src
+
+
+def _constructor_call(src: _Source, line: int | None, call_name: str, fields: list[str],
+                      shown) -> tuple[ast.Call | None, str]:
+    """The call that built the arguments (None where it is not known) and the words that say
+    where it is, or why it is not known."""
+    if line:
+        return (_covering(src, line, call_name, fields),
+                f"{call_name or 'its arguments'} built at {shown(src.path)}:{line}")
+    calls = [c for c in _calls(src.tree) if any(k.arg == SPLIT_FIELDS[0] for k in c.keywords)]
+    where = (f"{len(calls)} calls in {shown(src.path)} pass {SPLIT_FIELDS[0]} "
+             f"({', '.join(f'line {c.lineno}' for c in calls)}): which one the trainer received is not known"
+             if calls else f"no call in {shown(src.path)} passes {SPLIT_FIELDS[0]}")
+    return (calls[0] if len(calls) == 1 else None), where
+
+
+def _call_change(src: _Source, name: str, value: Any, call: ast.Call | None, constructor: bool, assigned: bool,
+                 where: str, line: int | None, found: Found, shown) -> Change | None:
+    """How the constructor ``call`` sets ``name`` (a literal replaced, an expression or
+    ``**kwargs`` said, a keyword to add: ``ADDED``), or why it does not; None where only
+    assignments elsewhere (``assigned``) set it."""
+    kw = next((k for k in call.keywords if k.arg == name), None) if call is not None else None
+    said = _said(src, call, shown) if call is not None else ""
+    if kw is not None and _literal(kw.value):
+        old, same = _replace(src, kw.value, value, found)
+        return Change(name, value, LITERAL, src.path, kw.value.lineno, old, said, same=same)
+    if kw is not None:
+        return Change(name, value, EXPRESSION, src.path, kw.value.lineno, src.segment(kw.value), said)
+    if assigned:
+        return None
+    if call is not None and any(k.arg is None for k in call.keywords):
+        star = next(k for k in call.keywords if k.arg is None)
+        return Change(name, value, KWARGS, src.path, call.lineno, "**" + src.segment(star.value), said)
+    if call is not None and constructor:
+        return Change(name, value, ADDED, src.path, call.lineno, call=said)
+    why = f"{where}, by {said}, which does not pass {name}" if call is not None else where
+    return Change(name, value, ELSEWHERE, src.path, line, why=why)
+
+
+def _assigned_change(src: _Source, name: str, value: Any, node: ast.Assign, found: Found) -> Change:
+    """``X.name = value`` elsewhere in the file: a literal replaced, an expression said."""
+    if _literal(node.value):
+        old, same = _replace(src, node.value, value, found)
+        return Change(name, value, ASSIGNED, src.path, node.lineno, old, same=same)
+    return Change(name, value, EXPRESSION, src.path, node.lineno, src.segment(node.value))
 
 
 def _is(node: ast.AST, value: Any) -> bool:

@@ -12,7 +12,7 @@ from ..core.config import ConfigError, SweepConfig
 from ..core.flags import from_args
 from ..core.knobs import KNOBS
 from ..core.text import say
-from ..launch.dialects import ConfigFile, launcher_for
+from ..launch.dialects import launcher_for
 from ..launch.fork import environment_of
 from ..runner.lifetime import check_start_env, forking, trial_context
 from ..runner.preflight import (
@@ -36,8 +36,7 @@ def check_accepted(cfg: SweepConfig, cmd: list[str] | None = None) -> None:
         knob = KNOBS[name]
         if knob.accepts is None:
             continue
-        if isinstance(launcher, ConfigFile) and name in launcher.dialect.settings \
-                and set(launcher.dialect.settings[name](values[0])) != set(knob.sft(values[0])):
+        if launcher is not None and not launcher.library_reads(name, values[0]):
             continue
         flag = "--vary" if name in cfg.varied() else "--" + name.replace("_", "-")
         for value in values:

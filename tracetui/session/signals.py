@@ -48,7 +48,7 @@ class StopSignals:
         try:
             for s in STOP_SIGNALS:  # (raises off the main thread: nothing is left behind then)
                 self._old[s] = signal.signal(s, self._on_signal)
-        except BaseException:
+        except BaseException:  # re-raised: only the signals set so far are given back first
             self.release()
             os.close(self._wake_r)
             raise
@@ -82,7 +82,7 @@ class StopSignals:
         if woken and self.stop is not None:
             try:
                 self.stop()
-            except Exception as exc:  # noqa: BLE001 - said, and the exit status still says the signal
+            except Exception as exc:  # noqa: BLE001 - said on stderr (one line), and the exit status still says the signal
                 say(f"tracetui: stopping after {self.name} failed: {type(exc).__name__}: {exc}")
 
     def _backstop(self) -> None:

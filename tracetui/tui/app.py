@@ -11,14 +11,16 @@ back.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from rich.text import Text
 from textual import events, on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -204,10 +206,8 @@ class TraceApp(Quitting, TableFilter, App):
     def say(self, message: str, severity: str = "information") -> None:
         """A notice on the status line (never a toast over the table)."""
         self.notices.append((severity, message))
-        try:
+        with suppress(ScreenStackError, NoMatches):  # no screen yet or any more, or the help screen's (it lists them)
             self.query_one(StatusLine).say(message, severity)
-        except Exception:  # noqa: BLE001 - before the screen is up, or after it is gone
-            pass
 
     # ---- events -> screen ---------------------------------------------------------------------
     def apply_events(self) -> int:

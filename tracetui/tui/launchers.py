@@ -64,47 +64,59 @@ def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
 
     signals = StopSignals(stop=stop)
     try:
-        if sweep is None and checks_deferred:
-            sid = new_sweep_id()
-            ensure_resource_tracker()  # now, while sys.stderr is the real one (see Sweep)
-
-            def build():
-                deferred_checks(cfg)
-                return Sweep(cfg, splits, sweep_id=sid)
-
-            source = PreparingSource(build, on_ready=lambda built: app.call_from_thread(app.sweep_ready, built))
-            events, planned, subtitle = Path(cfg.runs_dir) / sid / "events.jsonl", [], sweep_subtitle(None, cfg)
-            idle = (f"checking {cfg.model}, {cfg.dataset} and the device; the first run needs torch, transformers "
-                    "and TRL imported (seconds, the first time on a machine longer) ...")
-        else:
-            if sweep is None:
-                sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
-            source = SweepSource(sweep)
-            events, subtitle, idle = sweep.log.path, sweep_subtitle(sweep), ""
-            planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
+        source, events, planned, subtitle, idle = _sweep_source(
+            cfg, splits, sweep, checks_deferred, on_ready=lambda built: app.call_from_thread(app.sweep_ready, built))
         if signals.signum:
             source.stop()
-        outputs = Outputs.from_args(ns, events, cfg=cfg, cmd=getattr(sweep, "user_command", None))
+        outputs = Outputs.from_args(ns, events, cfg=cfg, cmd=getattr(source.sweep, "user_command", None))
         app = TraceApp(source, planned=planned, subtitle=subtitle, outputs=outputs, idle=idle)
         app.signalled = signals.signum
         app.stop_requested = stop
         started = time.monotonic()
         run_on_terminal(app)
         closed.set()
-        sweep = source.sweep
-        if sweep is None:  # the checks refused the settings, or the monitor closed before they ended
-            error = getattr(source, "error", None)
-            if error:
-                return fail_line(error)
-            return fail_line("interrupted before any run started", 128 + (signals.signum or 2)
-                             if signals.signum else EXIT_INTERRUPTED)
-        sweep.close()
-        return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signals.signum, started)
+        return _sweep_closed(app, source, signals.signum, started)
     finally:
         signals.release()
         signals.wait_stopped()  # (a stop that came at the very end has started its watchdog by now)
         for timer in watchdog:
             timer.cancel()  # closed in time
+
+
+def _sweep_source(cfg, splits, sweep, checks_deferred: bool, on_ready):
+    """The monitor's source for :func:`run_app` (a sweep, or the checks that build one:
+    ``on_ready`` gets it), with its event log's path, the planned trials, the subtitle and the
+    idle screen's words."""
+    if sweep is None and checks_deferred:
+        sid = new_sweep_id()
+        ensure_resource_tracker()  # now, while sys.stderr is the real one (see Sweep)
+
+        def build():
+            deferred_checks(cfg)
+            return Sweep(cfg, splits, sweep_id=sid)
+
+        idle = (f"checking {cfg.model}, {cfg.dataset} and the device; the first run needs torch, transformers "
+                "and TRL imported (seconds, the first time on a machine longer) ...")
+        return (PreparingSource(build, on_ready=on_ready), Path(cfg.runs_dir) / sid / "events.jsonl", [],
+                sweep_subtitle(None, cfg), idle)
+    if sweep is None:
+        sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
+    planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
+    return SweepSource(sweep), sweep.log.path, planned, sweep_subtitle(sweep), ""
+
+
+def _sweep_closed(app: TraceApp, source, signum: int | None, started: float) -> int:
+    """Once the monitor of :func:`run_app` has closed: the sweep closed, where everything is
+    said, the exit status; or the one line of checks that refused the settings, or of a
+    monitor closed before they ended."""
+    sweep = source.sweep
+    if sweep is None:  # the checks refused the settings, or the monitor closed before they ended
+        error = getattr(source, "error", None)
+        if error:
+            return fail_line(error)
+        return fail_line("interrupted before any run started", 128 + (signum or 2) if signum else EXIT_INTERRUPTED)
+    sweep.close()
+    return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signum, started)
 
 
 #: seconds a stop signal may take to close the monitor (it stops the workers: SIGTERM, SIGKILL
@@ -137,8 +149,9 @@ def end_if_stuck(get_app, closed: threading.Event, signals) -> None:
             err = app.write_outputs(final=True)
             sys.__stderr__.write(clean(f"tracetui: the monitor did not close within {STOP_GRACE_S:.0f} s of the signal; "
                                        f"{err or f'summary in {app.out_path}'}{stacks}") + "\n")
-        except Exception as exc:  # noqa: BLE001 - exiting is what matters now; the events are on disk
-            sys.__stderr__.write(clean(f"tracetui: the monitor did not close; the summary was not written ({exc}){stacks}") + "\n")
+        except Exception as exc:  # noqa: BLE001 - whatever writing raised is said on stderr (this line), then tracetui exits: the events are on disk
+            sys.__stderr__.write(clean(f"tracetui: the monitor did not close; the summary was not written "
+                                       f"({type(exc).__name__}: {exc}){stacks}") + "\n")
     try:
         sys.__stderr__.flush()
     except (OSError, ValueError):

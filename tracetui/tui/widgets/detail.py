@@ -131,9 +131,33 @@ class DetailPane(Pane):
 
     def content(self, width: int) -> Text:
         row, run = self.row, self.run
-        text = Text(no_wrap=False)
         if run is None and row is None:
             return Text(self.empty, style="dim")
+        text = self._head_words(row, run)
+        if row and row.get("step_ms_median"):
+            text.append_text(self._step_words(row, width))
+        if row and row.get("trainer_stop"):
+            text.append(f"\n{row['trainer_stop']}", style="yellow")
+        if row and row.get("peak_mem_gib") is not None:
+            text.append_text(_memory_words(row))
+        if row and (row.get("world_size") or 1) > 1:
+            text.append_text(_comm_words(row))
+        started = start_words(run) if run is not None else ""
+        if started:
+            text.append(f"\nstarted: {started}", style="dim")
+        settings = (run.settings if run is not None and run.settings else (row or {}).get("settings")) or {}
+        if settings:
+            text.append("\nran with: " + describe(settings), style="dim")
+            if settings.get("max_length"):
+                text.append(f" · max_length {settings['max_length']}", style="dim")
+        if row is not None:
+            text.append_text(self._loss_words(row))
+        return text
+
+    def _head_words(self, row: dict | None, run: RunData | None) -> Text:
+        """The first line: the trial, where it ran, its status and how much was measured; then
+        why it failed."""
+        text = Text(no_wrap=False)
         multi = len({r["machine"] for r in self.rows}) > 1
         where = row["machine"] if row else (run.machine if run and run.started else "")
         head = self.name or (row_label(row, multi) if row else "")
@@ -147,76 +171,78 @@ class DetailPane(Pane):
             text.append(f" · {row.get('runs', 1)} run(s), {row.get('steps_measured', 0)} measured steps")
         if run is not None and run.status in FAIL_KINDS:
             text.append(f"\nwhy it failed: {run.message or 'no reason given'}", style="red")
-        if row and row is not None and row.get("step_ms_median"):
-            text.append(f"\nstep {row['step_ms_median']:.1f} ms")
-            if row.get("step_ms_ci_low") is not None:
-                text.append(f" (95% CI {row['step_ms_ci_low']:.0f}-{row['step_ms_ci_high']:.0f})")
-            sp = row.get("speedup_vs_slowest")
-            if sp is not None:
-                group = [r for r in group_of(row, self.rows) if r.get("step_ms_median")]
-                slow = max(group, key=lambda r: r["step_ms_median"]) if group else row
-                text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
-                if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
-                    text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")
-                if row.get("comparison"):
-                    text.append(f" ({row['comparison']})", style="dim")
-            if row.get("tokens_per_s"):
-                text.append(f" · {row['tokens_per_s']:.0f} tok/s")
-            text.append_text(_work_words(row))
-            text.append("\nwhy: ")
-            text.append_text(_bound_words(row))
-            parts = [f"{p.short} {row.get(p.field) or 0.0:.1f}" for p in PHASES]
-            text.append("\nphases (ms of the median step): " + " · ".join(parts))
-            segs = [(p.short, p.name, row.get(p.field) or 0.0, p.rgb, 0) for p in PHASES]
-            bar, _ = draw_bar(segs, row["step_ms_median"], max(10, width - 2))
-            text.append("\n")
-            text.append_text(bar)
-            if row.get("gpu_util_mean") is not None:
-                text.append(f"\nGPU busy {row['gpu_util_mean']:.0f}% of the time")
-            between = between_words(row)
-            if between:
-                text.append(f"\nbetween steps, per run (in no step): {between}")
-        if row and row.get("trainer_stop"):
-            text.append(f"\n{row['trainer_stop']}", style="yellow")
-        if row and row.get("peak_mem_gib") is not None:
-            cap = row.get("memory_limit_gib") or row.get("mem_total_gib")
-            text.append(f"\nmemory: peak {row['peak_mem_gib']:.1f}")
-            if cap:
-                share = row["peak_mem_gib"] / cap
-                text.append(f" of {cap:.0f} GiB ({100 * share:.0f}%"
-                            + (", --memory-limit" if row.get("memory_limit_gib") else "") + ") ")
-                n = 20
-                k = min(n, int(round(share * n)))
-                text.append("█" * k, style="red" if share > MEMORY_SHARE else "green")
-                text.append("░" * (n - k), style="dim")
-            else:
-                text.append(" GiB")
-            if row.get("peak_mem_gib_ranks"):
-                text.append(f"\n  per rank (GiB): {row['peak_mem_gib_ranks']}", style="dim")
-        if row and (row.get("world_size") or 1) > 1:
-            text.append_text(_comm_words(row))
-        started = start_words(run) if run is not None else ""
-        if started:
-            text.append(f"\nstarted: {started}", style="dim")
-        settings = (run.settings if run is not None and run.settings else (row or {}).get("settings")) or {}
-        if settings:
-            text.append("\nran with: " + describe(settings), style="dim")
-            if settings.get("max_length"):
-                text.append(f" · max_length {settings['max_length']}", style="dim")
-        if row is not None:
-            curves = []
-            for other in group_of(row, self.rows):
-                runs = [r for r in self.runs_of.get(id(other), []) if loss_curve(r)]
-                if runs:
-                    curves.append((other, loss_curve(runs[-1])))
-            if curves:
-                text.append("\nloss:")
-                for other, curve in curves:
-                    mark = "▶" if other is row else " "
-                    last = curve[-1]
-                    text.append(f"\n {mark}{row_name(other):>8} {_loss_spark(curve)} "
-                                f"{fmt(last, '.4f') if last is not None and math.isfinite(last) else 'NaN'}",
-                                style="bold" if other is row else "")
-                if row.get("loss_ok") is False and row.get("loss_note"):
-                    text.append(f"\n {row['loss_note']}", style="yellow")
         return text
+
+    def _step_words(self, row: dict, width: int) -> Text:
+        """A measured trial's step: its time, speedup, throughput and work, the bound in words, the
+        phases (with their bar), how busy the GPU was and what happened between steps."""
+        text = Text()
+        text.append(f"\nstep {row['step_ms_median']:.1f} ms")
+        if row.get("step_ms_ci_low") is not None:
+            text.append(f" (95% CI {row['step_ms_ci_low']:.0f}-{row['step_ms_ci_high']:.0f})")
+        sp = row.get("speedup_vs_slowest")
+        if sp is not None:
+            group = [r for r in group_of(row, self.rows) if r.get("step_ms_median")]
+            slow = max(group, key=lambda r: r["step_ms_median"]) if group else row
+            text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
+            if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
+                text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")
+            if row.get("comparison"):
+                text.append(f" ({row['comparison']})", style="dim")
+        if row.get("tokens_per_s"):
+            text.append(f" · {row['tokens_per_s']:.0f} tok/s")
+        text.append_text(_work_words(row))
+        text.append("\nwhy: ")
+        text.append_text(_bound_words(row))
+        parts = [f"{p.short} {row.get(p.field) or 0.0:.1f}" for p in PHASES]
+        text.append("\nphases (ms of the median step): " + " · ".join(parts))
+        segs = [(p.short, p.name, row.get(p.field) or 0.0, p.rgb, 0) for p in PHASES]
+        bar, _ = draw_bar(segs, row["step_ms_median"], max(10, width - 2))
+        text.append("\n")
+        text.append_text(bar)
+        if row.get("gpu_util_mean") is not None:
+            text.append(f"\nGPU busy {row['gpu_util_mean']:.0f}% of the time")
+        between = between_words(row)
+        if between:
+            text.append(f"\nbetween steps, per run (in no step): {between}")
+        return text
+
+    def _loss_words(self, row: dict) -> Text:
+        """The loss curve of each trial of the row's group, the row's marked; its loss note."""
+        text = Text()
+        curves = []
+        for other in group_of(row, self.rows):
+            runs = [r for r in self.runs_of.get(id(other), []) if loss_curve(r)]
+            if runs:
+                curves.append((other, loss_curve(runs[-1])))
+        if curves:
+            text.append("\nloss:")
+            for other, curve in curves:
+                mark = "▶" if other is row else " "
+                last = curve[-1]
+                text.append(f"\n {mark}{row_name(other):>8} {_loss_spark(curve)} "
+                            f"{fmt(last, '.4f') if last is not None and math.isfinite(last) else 'NaN'}",
+                            style="bold" if other is row else "")
+            if row.get("loss_ok") is False and row.get("loss_note"):
+                text.append(f"\n {row['loss_note']}", style="yellow")
+        return text
+
+
+def _memory_words(row: dict) -> Text:
+    """The peak memory against the card's (or ``--memory-limit``), with its bar; per rank."""
+    text = Text()
+    cap = row.get("memory_limit_gib") or row.get("mem_total_gib")
+    text.append(f"\nmemory: peak {row['peak_mem_gib']:.1f}")
+    if cap:
+        share = row["peak_mem_gib"] / cap
+        text.append(f" of {cap:.0f} GiB ({100 * share:.0f}%"
+                    + (", --memory-limit" if row.get("memory_limit_gib") else "") + ") ")
+        n = 20
+        k = min(n, int(round(share * n)))
+        text.append("█" * k, style="red" if share > MEMORY_SHARE else "green")
+        text.append("░" * (n - k), style="dim")
+    else:
+        text.append(" GiB")
+    if row.get("peak_mem_gib_ranks"):
+        text.append(f"\n  per rank (GiB): {row['peak_mem_gib_ranks']}", style="dim")
+    return text

@@ -432,8 +432,11 @@ def _ensure_server() -> None:
     os.environ[NVML_CHECK] = "1"
     os.environ[envvars.FORK_SERVER] = "1"  # a server that starts now is a subreaper (tracetui.runner.adopt)
     try:
+        _stop_a_server_not_ours()
         _until_a_killed_server_has_ended()
         forkserver.ensure_running()
+        if server_pid():
+            _our_servers.add(server_pid())
         _stop_server_at_exit()
     finally:
         os.environ.pop(envvars.FORK_SERVER, None)
@@ -441,6 +444,25 @@ def _ensure_server() -> None:
             os.environ.pop(NVML_CHECK, None)
         else:
             os.environ[NVML_CHECK] = before
+
+
+#: the fork servers this process started itself (:func:`_ensure_server`)
+_our_servers: set[int] = set()
+
+
+def _stop_a_server_not_ours() -> None:
+    """multiprocessing keeps one fork server per process: one that other code of this process
+    started before tracetui (a plain ``get_context("forkserver")``) is not a subreaper, did not
+    import :data:`PRELOAD` and has the terminal's signals, and ``ensure_running`` would hand it
+    on as it is. What a run left behind would then re-parent to PID 1, where no rule finds a
+    process that never exec'd (:func:`end_run`). Such a server is stopped, and one of tracetui's
+    started in its place."""
+    pid = server_pid()
+    if pid and pid not in _our_servers and not process_gone(pid):
+        stop_server()
+        deadline = time.monotonic() + 5.0
+        while not process_gone(pid) and time.monotonic() < deadline:  # (a signal is not delivered at once)
+            time.sleep(0.01)
 
 
 def _until_a_killed_server_has_ended(limit_s: float = 5.0) -> None:

@@ -269,30 +269,47 @@ class Turns:
             self._lock.notify_all()
 
     def _give(self) -> None:
+        """Give the turn to the oldest ready run (:meth:`_next_up`). What goes with it
+        (``on_go``) is asked outside the lock: the sweep answers under its own scheduler's
+        condition, which a lane holds while it seats a run here."""
         with self._lock:
-            if self._holder is not None or self._between:
+            rid = self._next_up()
+            if rid is None:
                 return
-            if any(s.state == STARTING for s in self._seats.values()):
-                return
-            exiting = any(s.state == EXITING for s in self._seats.values())
-            for rid, seat in self._seats.items():  # the oldest ready run: the current one keeps its place
-                if seat.state != READY:
-                    continue
-                # a run's warm-up may begin while the one before exits (no measured step of
-                # either: its measured steps wait for the reap), where there is room for it
-                if exiting and (rid in self._went or not self._asked(self._room_to_step, rid)):
-                    continue
-                try:
-                    sent = self._asked(self._on_go, rid) if self._on_go else None
-                    seat.conn.send(("go", sent) if self._on_go else "go")
-                except (OSError, ValueError):
+            self._holder = rid  # (held meanwhile: no other turn is given; only this thread gives)
+        sent = self._asked(self._on_go, rid) if self._on_go else None
+        with self._lock:
+            seat = self._seats.get(rid)
+            try:
+                if seat is None:
+                    raise ValueError(rid)  # unseated meanwhile: no turn for it
+                seat.conn.send(("go", sent) if self._on_go else "go")
+            except (OSError, ValueError):
+                if seat is not None:
                     seat.state = EXITING
-                    continue
-                self._went.add(rid)
-                seat.state = ACTIVE
-                self._holder = rid
-                self._lock.notify_all()
+                if self._holder == rid:
+                    self._holder = None
                 return
+            self._went.add(rid)
+            seat.state = ACTIVE
+            self._lock.notify_all()
+
+    def _next_up(self) -> str | None:
+        """(Under the lock) the run the turn goes to now, or None."""
+        if self._holder is not None or self._between:
+            return None
+        if any(s.state == STARTING for s in self._seats.values()):
+            return None
+        exiting = any(s.state == EXITING for s in self._seats.values())
+        for rid, seat in self._seats.items():  # the oldest ready run: the current one keeps its place
+            if seat.state != READY:
+                continue
+            # a run's warm-up may begin while the one before exits (no measured step of
+            # either: its measured steps wait for the reap), where there is room for it
+            if exiting and (rid in self._went or not self._asked(self._room_to_step, rid)):
+                continue
+            return rid
+        return None
 
 
 #: seconds a run may wait for its turn before it says it waits (and its GPU sampler pauses)

@@ -182,7 +182,7 @@ def run(spec: dict, mp_queue: Any) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ[envvars.TRIAL] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
     # nor the next run on its GPU, built early beside this one (a head start: probe/gpu.py)
-    if spec.get("relay"):
+    if spec.get("head_starts"):
         os.environ[envvars.HEAD_STARTS] = "1"
     _thread_lock_for_progress_bars()
 
@@ -225,7 +225,7 @@ def run(spec: dict, mp_queue: Any) -> None:
                                if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
                                         "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
                        gpu=spec.get("gpu"), log_path=spec["log_path"],
-                       **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
+                       **({"head_start": True} if spec.get("head_starts") and spec.get("head_start") else {})))
         if device == "cuda":
             sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
                                  gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),

@@ -23,7 +23,7 @@ from ..events.schema import NOTICE, RUN_STARTED, make
 from ..events.log import EventLog
 from ..events.wire import SocketListener, private_socket
 from ..launch.dialects import launcher_for
-from .lifetime import end_run, new_tree, run_processes
+from .leftovers import end_run, new_tree, run_processes
 from .runlog import RunOutput
 from .script import probe_env
 from .sweep import new_sweep_id

@@ -27,8 +27,8 @@ from ..events.schema import GPU, MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN
 from ..core.knobs import SHORT
 from ..planning.plan import RunSpec
 from ..core.trial import Trial
-from .lifetime import (die_with_this_process, end_run, launch, new_tree, process_gone, run_processes, run_tree,
-                       start_shielded)
+from .leftovers import end_run, new_tree, run_processes, run_tree
+from .lifetime import die_with_this_process, launch, process_gone, start_shielded
 from .runlog import PassFd, RunOutput
 
 #: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
@@ -135,7 +135,7 @@ class Child:
 
     def end(self) -> str:
         """Once the process has ended and been reaped: end every process the run started that is
-        still there, wherever it went (:func:`~.lifetime.end_run`), and finish its log. What the
+        still there, wherever it went (:func:`~.leftovers.end_run`), and finish its log. What the
         run's notice says of its output, where the log had to cut it ("" where not)."""
         end_run(self.tree, self.forked, tuple(self.seen))
         if self.output is None:

@@ -11,7 +11,6 @@ is stopped and reported ``stalled`` (see :func:`.supervise.stall_limit`).
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import threading
@@ -30,13 +29,13 @@ from ..planning.search import make_planner
 from ..events.log import EventLog
 from ..core.trial import Trial
 from . import worker
-from .lifetime import restart_server_if_gone, server_pid, trial_context
-from .preflight import device_kind
-from .supervise import Child, WorkerChild, supervise
+from .executor import executor
+from .runlog import make_log
+from .lifetime import trial_context
+from .preflight import device_kind, gpu_model_warnings
+from .supervise import Child, supervise
 from .headstarts import LANES_PER_DEVICE, HeadStarts, head_starts_apply
 
-#: queue size: large enough for bursts, small enough to bound memory
-QUEUE_MAX = 10_000
 #: where a failure message names its run's own log
 _LOG_PATH = re.compile(r"\s*\((?:log|see): [^)]*\)|;? its log: \S+|\(see [^)]*\)")
 
@@ -296,19 +295,6 @@ class SweepBase:
             return self.measured.references(spec.trial, self.cfg.min_steps)
 
 
-def make_log(path: Path) -> str | None:
-    """Make a run's log file (empty, or left as it is); why it cannot be, in words, or None: a
-    name too long is said as such (the folder is fine), anything else as the runs folder's."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK, 0o644))
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            return (f"its log's path is longer than the file system takes ({len(os.fsencode(path.name))} bytes "
-                    f"of name, {len(os.fsencode(str(path)))} of path): give a shorter --runs-dir")
-        return f"the runs folder {path.parent} cannot be written any more ({exc.strerror or exc})"
-    return None
-
-
 def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
 
@@ -322,7 +308,7 @@ def ensure_resource_tracker() -> None:
         from multiprocessing import resource_tracker
 
         resource_tracker.ensure_running()
-    except Exception:  # noqa: BLE001 - platforms without one need nothing
+    except (ImportError, OSError):  # platforms without one need nothing
         pass
 
 
@@ -348,6 +334,7 @@ class Sweep(SweepBase):
         self.log = EventLog(self.dir / "events.jsonl")
         self._setup(cfg, trials, planner)
         self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
+        self._executor = executor(self._ctx)  # how each trial's process starts (:mod:`.executor`)
         self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
         self.warnings = gpu_model_warnings(self.lanes)
         #: head starts: the next run starts during the current one's warm-up (:mod:`.headstarts`)
@@ -492,13 +479,10 @@ class Sweep(SweepBase):
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
         if spec.gpu is not None:
             self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
-        forked = self._ctx.get_start_method() == "forkserver"
-        if forked:
-            restart_server_if_gone()
         payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
                        repeat=spec.repeat, gpu=spec.gpu, log_path=str(log_path), why=spec.why, owner_pid=os.getpid(),
                        # the trial's parent: the fork server, or this process for a spawned one
-                       parent_pid=(server_pid() if forked else None) or os.getpid())
+                       parent_pid=self._executor.parent_pid())
         if self.cfg.until_confident is not None:
             payload["references"] = self.references(spec)
         waiting = None
@@ -507,25 +491,6 @@ class Sweep(SweepBase):
             # started beside the run before it (a head start), or the first / after a gap
             payload.update(turn=theirs, head_starts=True, head_start=turns.resident() > 1)
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
-        child = WorkerChild(self._ctx, self.target, payload, f"tracetui-{spec.trial.slug(SHORT)}", QUEUE_MAX, log_path)
+        child = self._executor.worker(self.target, payload, f"tracetui-{spec.trial.slug(SHORT)}", log_path)
         child.memory_limit = self.cfg.memory_limit
         return self._supervised(spec, child, waiting)
-
-
-def gpu_model_warnings(lanes: list[int | None]) -> list[str]:
-    """Runs on GPUs of different models cannot be compared: say so before they start."""
-    gpus = [g for g in lanes if g is not None]
-    if len(gpus) < 2:
-        return []
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        names = {g: pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus}
-    except Exception:  # noqa: BLE001 - no NVML: nothing to compare
-        return []
-    names = {g: (n.decode() if isinstance(n, bytes) else n) for g, n in names.items()}
-    if len(set(names.values())) > 1:
-        listed = ", ".join(f"GPU {g}: {n}" for g, n in names.items())
-        return [f"the GPUs are not the same model ({listed}): their times cannot be compared with each other"]
-    return []

@@ -2,8 +2,8 @@
 
 Each trial runs in a process of its own (an out-of-memory or a crash cannot poison the next). On
 Linux it is forked from a *fork server* that imported torch, transformers, TRL and PEFT once
-(:func:`trial_context`): a trial reaches its first step about a second after it is asked for,
-against 13-18 s for a fresh interpreter on an H200 host. The server never initialises CUDA
+(:func:`trial_context`): a trial reaches its first step without a fresh interpreter's start
+and imports. The server never initialises CUDA
 (each trial does its own), and its imported objects are frozen out of the collector's reach
 (:mod:`tracetui.runner.startup.gcfreeze`). In docs/results/h200_start_3 (both ways in one call, in an
 order that cancels the host's drift) forked trials stepped as fast as fresh interpreters or
@@ -279,9 +279,9 @@ _at_exit: list[int] = []
 def _stop_server_at_exit() -> None:
     """Once per process: :func:`stop_server` when tracetui exits. Left to end by itself (it
     ends once tracetui's end of its pipe closes), the server outlived tracetui by its own
-    interpreter's shutdown, holding tracetui's standard output and error open meanwhile: 0.2 s
-    on a 2-core CPU, for a ``tracetui --export csv -o - | ...`` or any caller waiting for the
-    output to end. By the time ``atexit`` runs, every trial has been reaped (one that has not,
+    interpreter's shutdown, holding tracetui's standard output and error open meanwhile: a
+    ``tracetui --export csv -o - | ...``, or any caller waiting for the output to end, waited.
+    By the time ``atexit`` runs, every trial has been reaped (one that has not,
     after a last-resort exit, dies with the server, as it would have)."""
     if os.getpid() not in _at_exit:
         import atexit
@@ -294,8 +294,8 @@ def _stop_server_at_exit() -> None:
 
 def stop_server() -> None:
     """Kill the fork server now: interrupted before any trial, tracetui exits while the server
-    may still be importing, and left alone tracetui's exit waited for those imports (4-5 s on a
-    2-core CPU) and the server spent them on a core; and at tracetui's exit
+    may still be importing, and left alone tracetui's exit waited for those imports (seconds)
+    and the server spent them on a core; and at tracetui's exit
     (:func:`_stop_server_at_exit`). (It holds nothing a later sweep needs.)"""
     pid = server_pid()
     if pid and not process_gone(pid):

@@ -362,3 +362,24 @@ def device_kind(cfg: SweepConfig, cuda_available=None) -> str:
         return "cuda"
     available = cuda_available() if cuda_available is not None else gpu_count() > 0
     return "cuda" if available else "cpu"
+
+
+def gpu_model_warnings(lanes: list[int | None]) -> list[str]:
+    """Runs on GPUs of different models cannot be compared: say so before they start."""
+    gpus = [g for g in lanes if g is not None]
+    if len(gpus) < 2:
+        return []
+    try:
+        import pynvml
+    except ImportError:  # no NVML: nothing to compare
+        return []
+    try:
+        pynvml.nvmlInit()
+        names = {g: pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus}
+    except pynvml.NVMLError:  # no driver, or a GPU it cannot read: nothing to compare
+        return []
+    names = {g: (n.decode() if isinstance(n, bytes) else n) for g, n in names.items()}
+    if len(set(names.values())) > 1:
+        listed = ", ".join(f"GPU {g}: {n}" for g, n in names.items())
+        return [f"the GPUs are not the same model ({listed}): their times cannot be compared with each other"]
+    return []

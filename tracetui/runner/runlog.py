@@ -15,10 +15,12 @@ for the reader; a run that floods its output waits for it, at the speed of a fil
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import select
 import threading
+from pathlib import Path
 
 #: what a run's log keeps of its output: the first and the last bytes
 HEAD_BYTES = 2 * 1024 * 1024
@@ -185,3 +187,16 @@ class PassFd:
 
 def _inherited_fd(dup) -> int:
     return dup.detach()
+
+
+def make_log(path: Path) -> str | None:
+    """Make a run's log file (empty, or left as it is); why it cannot be, in words, or None: a
+    name too long is said as such (the folder is fine), anything else as the runs folder's."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK, 0o644))
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return (f"its log's path is longer than the file system takes ({len(os.fsencode(path.name))} bytes "
+                    f"of name, {len(os.fsencode(str(path)))} of path): give a shorter --runs-dir")
+        return f"the runs folder {path.parent} cannot be written any more ({exc.strerror or exc})"
+    return None

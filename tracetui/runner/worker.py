@@ -16,7 +16,7 @@ from ..analysis import StopRule
 from ..core import envvars
 from ..core.config import KNOB_DEFAULTS, SweepConfig, dataset_kind
 from ..core.foreign import run_multiprocessing_finalizers
-from ..core.knobs import KNOBS, SHORT, fmt, model_args, sft_args
+from ..core.knobs import KNOBS, SHORT, model_args, sft_args
 from ..core.trial import Trial
 from ..events.schema import (
     RUN_FAILED,
@@ -37,6 +37,7 @@ from .preflight import device_kind
 from .sink import QueueSink
 from .sources import build_dataset, load_model, load_tokenizer
 from .turns import Gate
+from .failures import Unavailable, classify_failure, first_line, setting_at_fault
 
 
 class Interrupted(BaseException):
@@ -147,11 +148,9 @@ def _thread_lock_for_progress_bars() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def run(spec: dict, mp_queue: Any) -> None:
-    """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
-    gpu (index or None), log_path, parent_pid (the sweep's process)."""
-    global _reporting
-    # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
+def _die_with_tracetui(spec: dict) -> None:
+    """First of all: die with tracetui, however it dies (:mod:`.lifetime`); the terminal's
+    signals are the sweep's (it sends SIGTERM), and were blocked while this process started."""
     if spec.get("parent_pid"):
         release_server()
         set_parent_death_signal(spec["parent_pid"])
@@ -162,6 +161,10 @@ def run(spec: dict, mp_queue: Any) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _own_output(spec: dict) -> tuple[Any, str]:
+    """The run's output to its log; and what to say where the log cannot be written ("")."""
     # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
     # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
     # output goes nowhere and the run says so, never a traceback on the user's terminal.
@@ -177,6 +180,11 @@ def run(spec: dict, mp_queue: Any) -> None:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
+    return log, lost_log
+
+
+def _trial_environment(spec: dict) -> None:
+    """The environment variables a trial's libraries and probe read."""
     if spec.get("gpu") is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -185,6 +193,41 @@ def run(spec: dict, mp_queue: Any) -> None:
     if spec.get("head_starts"):
         os.environ[envvars.HEAD_STARTS] = "1"
     _thread_lock_for_progress_bars()
+
+
+def _gpu_sampler(emit, run_id: str, cfg: SweepConfig, spec: dict, device: str, env: dict):
+    """The run's GPU sampler, started (None on the CPU, or where it cannot sample: said)."""
+    if device != "cuda":
+        emit(make("notice", run_id, level="info", message="running on the CPU; phases timed with the host clock"))
+        return None
+    sampler = GpuSampler(emit, run_id, hz=cfg.sample_hz,
+                         gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),
+                         uuid=env.get("gpu_uuid") or None)
+    why = sampler.start()
+    if why:
+        emit(make("notice", run_id, level="warning", message=why))
+        return None
+    return sampler
+
+
+def _run_started(run_id: str, trial: Trial, cfg: SweepConfig, spec: dict, precision: str, env: dict) -> dict:
+    """The run's ``run_started``: its trial, the config it trains with, where it runs."""
+    return make(RUN_STARTED, run_id, label=trial.label(SHORT), **trial.fields(), repeat=spec.get("repeat", 0),
+                why=spec.get("why") or "", pid=os.getpid(), rank=0, precision=precision, env=env,
+                config={k: v for k, v in cfg.to_dict().items()
+                        if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
+                                 "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
+                gpu=spec.get("gpu"), log_path=spec["log_path"],
+                **({"head_start": True} if spec.get("head_starts") and spec.get("head_start") else {}))
+
+
+def run(spec: dict, mp_queue: Any) -> None:
+    """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
+    gpu (index or None), log_path, parent_pid (the sweep's process)."""
+    global _reporting
+    _die_with_tracetui(spec)
+    log, lost_log = _own_output(spec)
+    _trial_environment(spec)
 
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
@@ -218,25 +261,8 @@ def run(spec: dict, mp_queue: Any) -> None:
         if why:
             raise RuntimeError(why)
         env = environment(device)
-        sink.emit(make(RUN_STARTED, run_id, label=trial.label(SHORT), **trial.fields(), repeat=spec.get("repeat", 0),
-                       why=spec.get("why") or "",
-                       pid=os.getpid(), rank=0, precision=precision, env=env,
-                       config={k: v for k, v in cfg.to_dict().items()
-                               if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
-                                        "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
-                       gpu=spec.get("gpu"), log_path=spec["log_path"],
-                       **({"head_start": True} if spec.get("head_starts") and spec.get("head_start") else {})))
-        if device == "cuda":
-            sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
-                                 gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),
-                                 uuid=env.get("gpu_uuid") or None)
-            why = sampler.start()
-            if why:
-                sink.emit(make("notice", run_id, level="warning", message=why))
-                sampler = None
-        else:
-            sink.emit(make("notice", run_id, level="info",
-                           message="running on the CPU; phases timed with the host clock"))
+        sink.emit(_run_started(run_id, trial, cfg, spec, precision, env))
+        sampler = _gpu_sampler(sink.emit, run_id, cfg, spec, device, env)
         metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec, stages,
                         hold=sampler.hold if sampler is not None else None)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
@@ -263,38 +289,6 @@ def run(spec: dict, mp_queue: Any) -> None:
     # lock, for one) registered, which the resource tracker would otherwise report as leaked.
     run_multiprocessing_finalizers()
     os._exit(code)
-
-
-class Unavailable(RuntimeError):
-    """A varied setting cannot run here (raised where it is applied)."""
-
-
-#: exception types (by name, anywhere in the chain) that mean torch.compile could not compile
-_COMPILE_FAILURES = ("BackendCompilerFailed", "InductorError", "TorchRuntimeError", "Unsupported",
-                     "InternalTorchDynamoError")
-
-
-def classify_failure(exc: BaseException, micro_batch: int, varied: dict | None = None) -> tuple[str, str]:
-    """``(kind, one line)`` for a run's failure: ``oom``, ``unavailable`` (a setting this
-    machine cannot run), or ``error``."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    chain, e = [], exc
-    while e is not None and len(chain) < 10:  # the OOM may sit under a wrapping error
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    is_oom = any(
-        type(e).__name__ == "OutOfMemoryError" or isinstance(e, MemoryError)
-        or "out of memory" in str(e).lower() or "can't allocate memory" in str(e).lower()
-        for e in chain)
-    if is_oom:
-        return "oom", f"out of memory at micro-batch {micro_batch}: {text[:200]}"
-    for e in chain:
-        if isinstance(e, Unavailable):
-            return "unavailable", str(e)[:300]
-    settings = varied or {}
-    if settings.get("torch_compile") and any(type(e).__name__ in _COMPILE_FAILURES for e in chain):
-        return "unavailable", f"torch_compile=on does not compile here: {type(exc).__name__}: {text[:200]}"
-    return "error", f"{type(exc).__name__}: {text[:300]}"
 
 
 class Stages:
@@ -346,7 +340,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     except SETTING_REFUSED as exc:
         if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
             what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
-            raise Unavailable(f"{what} cannot run here: {_first_line(exc)}") from exc
+            raise Unavailable(f"{what} cannot run here: {first_line(exc)}") from exc
         raise
     enter("preparing data")
     dataset = build_dataset(cfg, model.config.vocab_size, tokenizer)
@@ -372,7 +366,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
         )
     except (ValueError, TypeError, ImportError) as exc:
         shutil.rmtree(out_dir, ignore_errors=True)
-        raise _setting_at_fault(cfg, exc, extra) from exc
+        raise setting_at_fault(cfg, exc, extra) from exc
     class ProbedSFTTrainer(SFTTrainer):
         """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
         override point of ``Trainer``, so the loss is read without a host-device sync."""
@@ -391,28 +385,10 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     except BaseException as exc:
         shutil.rmtree(out_dir, ignore_errors=True)  # the trainer never came to own it
         if isinstance(exc, SETTING_REFUSED):
-            raise _setting_at_fault(cfg, exc, extra) from exc
+            raise setting_at_fault(cfg, exc, extra) from exc
         raise
     enter("first step")
     return trainer
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
-def _setting_at_fault(cfg, exc: BaseException, passed: dict) -> BaseException:
-    """``exc`` as :class:`Unavailable` when its message names a speed setting that is not at
-    its default (the trainer refused that value here), else ``exc`` itself."""
-    text = str(exc)
-    for name, knob in KNOBS.items():
-        value = getattr(cfg, name)
-        if value == KNOB_DEFAULTS.get(name):
-            continue
-        if any(arg in text for arg in knob.sft(value)) or name in text:
-            return Unavailable(f"{name}={fmt(value)} cannot run here: {_first_line(exc)}")
-    return exc
 
 
 def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict,

@@ -19,8 +19,10 @@ import errno
 import fcntl
 import os
 import select
+import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 #: what a run's log keeps of its output: the first and the last bytes
 HEAD_BYTES = 2 * 1024 * 1024
@@ -200,3 +202,47 @@ def make_log(path: Path) -> str | None:
                     f"of name, {len(os.fsencode(str(path)))} of path): give a shorter --runs-dir")
         return f"the runs folder {path.parent} cannot be written any more ({exc.strerror or exc})"
     return None
+
+
+class TolerantLog:
+    """The worker's output log, which must never stop training: on a full disk a library's print
+    or progress bar would raise ``OSError`` inside the training loop (and Python's exit would
+    fail flushing it), turning a healthy run into an error. Writes that fail are dropped."""
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, text: str) -> int:
+        try:
+            return self._fh.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._fh.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding ...
+        return getattr(self._fh, name)
+
+
+def worker_output(spec: dict) -> tuple[Any, str]:
+    """In tracetui's worker (:mod:`.worker`): the run's output to its log; and what to say where the log cannot be written ("")."""
+    # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
+    # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
+    # output goes nowhere and the run says so, never a traceback on the user's terminal.
+    lost_log = ""
+    try:
+        if spec.get("output_fd") is not None:  # the run's output pipe, which the sweep keeps in the log
+            log = TolerantLog(open(spec["output_fd"], "w", buffering=1, encoding="utf-8"))
+        else:
+            log = TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+    except OSError as exc:
+        log = TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
+        lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    return log, lost_log

@@ -34,6 +34,7 @@ from ..probe.gpu import GpuSampler
 from ..probe.settings import read_back
 from .lifetime import release_server, set_parent_death_signal
 from .preflight import device_kind
+from .runlog import worker_output
 from .sink import QueueSink
 from .sources import build_dataset, load_model, load_tokenizer
 from .turns import Gate
@@ -70,30 +71,6 @@ def _was_interrupted(exc: BaseException) -> bool:
             return True
         e, chain = e.__cause__ or e.__context__, chain + 1
     return _terminated
-
-
-class _TolerantLog:
-    """The worker's output log, which must never stop training: on a full disk a library's print
-    or progress bar would raise ``OSError`` inside the training loop (and Python's exit would
-    fail flushing it), turning a healthy run into an error. Writes that fail are dropped."""
-
-    def __init__(self, fh):
-        self._fh = fh
-
-    def write(self, text: str) -> int:
-        try:
-            return self._fh.write(text)
-        except (OSError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._fh.flush()
-        except (OSError, ValueError):
-            pass
-
-    def __getattr__(self, name: str):  # fileno, isatty, encoding ...
-        return getattr(self._fh, name)
 
 
 def cap_memory(gib: float, device: str) -> None:
@@ -163,26 +140,6 @@ def _die_with_tracetui(spec: dict) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def _own_output(spec: dict) -> tuple[Any, str]:
-    """The run's output to its log; and what to say where the log cannot be written ("")."""
-    # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
-    # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
-    # output goes nowhere and the run says so, never a traceback on the user's terminal.
-    lost_log = ""
-    try:
-        if spec.get("output_fd") is not None:  # the run's output pipe, which the sweep keeps in the log
-            log = _TolerantLog(open(spec["output_fd"], "w", buffering=1, encoding="utf-8"))
-        else:
-            log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
-    except OSError as exc:
-        log = _TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
-        lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    sys.stdout = sys.stderr = log
-    return log, lost_log
-
-
 def _trial_environment(spec: dict) -> None:
     """The environment variables a trial's libraries and probe read."""
     if spec.get("gpu") is not None:
@@ -221,12 +178,29 @@ def _run_started(run_id: str, trial: Trial, cfg: SweepConfig, spec: dict, precis
                 **({"head_start": True} if spec.get("head_starts") and spec.get("head_start") else {}))
 
 
+def _device(cfg: SweepConfig, spec: dict, stages: "Stages") -> tuple[str, str, Any]:
+    """The run's device, made current, and its precision (``stages`` say what is left: forked
+    from the fork server, the libraries are imported already)."""
+    preloaded = "trl" in sys.modules
+    stages.enter("starting the device" if preloaded else "importing torch")
+    import torch
+
+    device = device_kind(cfg, torch.cuda.is_available)
+    if cfg.device.startswith("cuda:") and spec.get("gpu") is None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_index())
+    if device == "cuda":
+        torch.cuda.set_device(0)
+    precision, dtype = resolve_precision(cfg.precision, device)
+    stages.enter("reading the environment" if preloaded else "importing transformers and TRL")
+    return device, precision, dtype
+
+
 def run(spec: dict, mp_queue: Any) -> None:
     """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
     gpu (index or None), log_path, parent_pid (the sweep's process)."""
     global _reporting
     _die_with_tracetui(spec)
-    log, lost_log = _own_output(spec)
+    log, lost_log = worker_output(spec)
     _trial_environment(spec)
 
     sink = QueueSink(mp_queue)
@@ -243,18 +217,7 @@ def run(spec: dict, mp_queue: Any) -> None:
         _reporting = True
         if _terminated:  # SIGTERM came while the log and the queue were being set up
             raise Interrupted()
-        # forked from the fork server, the libraries are imported already: the stages say what is left
-        preloaded = "trl" in sys.modules
-        stages.enter("starting the device" if preloaded else "importing torch")
-        import torch
-
-        device = device_kind(cfg, torch.cuda.is_available)
-        if cfg.device.startswith("cuda:") and spec.get("gpu") is None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_index())
-        if device == "cuda":
-            torch.cuda.set_device(0)
-        precision, dtype = resolve_precision(cfg.precision, device)
-        stages.enter("reading the environment" if preloaded else "importing transformers and TRL")
+        device, precision, dtype = _device(cfg, spec, stages)
         from ..probe.callback import missing_callback_events
 
         why = missing_callback_events()
@@ -311,6 +274,45 @@ class Stages:
         self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=elapsed, rank=0, stages=dict(self.seen)))
 
 
+def _model(cfg, device: str, dtype, knob_values: dict):
+    """The model, with the varied settings it is loaded with; one they make it refuse is
+    :class:`Unavailable`."""
+    try:
+        return load_model(cfg, device, dtype, **model_args(knob_values))
+    except SETTING_REFUSED as exc:
+        if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
+            what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
+            raise Unavailable(f"{what} cannot run here: {first_line(exc)}") from exc
+        raise
+
+
+def _sft_config(cfg, mb: int, ga: int, device: str, precision: str, knob_values: dict, out_dir: str):
+    """TRL's ``SFTConfig`` for the run, every speed setting passed; and those settings' own
+    arguments. One the trainer refuses is :class:`Unavailable` (``out_dir`` is removed then)."""
+    import dataclasses
+    import shutil
+
+    from trl import SFTConfig
+
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    extra = sft_args(knob_values, known)
+    try:
+        return SFTConfig(**extra,
+            output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
+            max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
+            bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
+            logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
+            # Padding-free batches leave truncation to the data (TRL refuses max_length with them):
+            # the built-in rows are cut to --seq-len already.
+            max_length=None if cfg.padding_free and dataset_kind(cfg.dataset) == "synthetic" else cfg.seq_len,
+            dataset_text_field=cfg.text_field, packing=False,
+            lr_scheduler_type="constant",
+        ), extra
+    except (ValueError, TypeError, ImportError) as exc:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise setting_at_fault(cfg, exc, extra) from exc
+
+
 def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, probe=None, callbacks=(),
                   stages: "Stages | None" = None):
     """The model, the data and a real TRL ``SFTTrainer`` with LoRA, as a user would set it up.
@@ -321,27 +323,19 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
 
     ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the callbacks and
     handed each micro-batch's loss; ``callbacks`` come before it."""
-    import dataclasses
     import shutil
     import tempfile
 
     from peft import LoraConfig
     from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     enter = stages.enter if stages is not None else (lambda _stage: None)
     knob_values = {name: getattr(cfg, name) for name in KNOBS}
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
     enter("building the model")
-    model_kwargs = model_args(knob_values)
-    try:
-        model = load_model(cfg, device, dtype, **model_kwargs)
-    except SETTING_REFUSED as exc:
-        if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
-            what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
-            raise Unavailable(f"{what} cannot run here: {first_line(exc)}") from exc
-        raise
+    model = _model(cfg, device, dtype, knob_values)
     enter("preparing data")
     dataset = build_dataset(cfg, model.config.vocab_size, tokenizer)
     enter("building the trainer")
@@ -350,23 +344,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM")
     out_dir = tempfile.mkdtemp(prefix="tracetui-")
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    extra = sft_args(knob_values, known)
-    try:
-        args = SFTConfig(**extra,
-            output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
-            max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
-            bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
-            logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
-            # Padding-free batches leave truncation to the data (TRL refuses max_length with them):
-            # the built-in rows are cut to --seq-len already.
-            max_length=None if cfg.padding_free and dataset_kind(cfg.dataset) == "synthetic" else cfg.seq_len,
-            dataset_text_field=cfg.text_field, packing=False,
-            lr_scheduler_type="constant",
-        )
-    except (ValueError, TypeError, ImportError) as exc:
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise setting_at_fault(cfg, exc, extra) from exc
+    args, extra = _sft_config(cfg, mb, ga, device, precision, knob_values, out_dir)
     class ProbedSFTTrainer(SFTTrainer):
         """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
         override point of ``Trainer``, so the loss is read without a host-device sync."""

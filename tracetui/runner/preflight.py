@@ -338,18 +338,22 @@ def gpu_count() -> int:
     """GPUs on this machine, without initialising CUDA in this process (NVML, else torch)."""
     try:
         import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:  # noqa: BLE001 - no NVML: ask torch
-        if sys.platform.startswith("linux") and not any(os.path.exists(d) for d in GPU_DEVICE_FILES):
-            return 0  # no device a GPU runtime could open: no need to import torch to know it
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
         try:
-            import torch
+            pynvml.nvmlInit()
+            return int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError:  # no driver NVML can reach: ask torch
+            pass
+    if sys.platform.startswith("linux") and not any(os.path.exists(d) for d in GPU_DEVICE_FILES):
+        return 0  # no device a GPU runtime could open: no need to import torch to know it
+    try:
+        import torch
 
-            return torch.cuda.device_count()
-        except ImportError:
-            return 0
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
 def device_kind(cfg: SweepConfig, cuda_available=None) -> str:

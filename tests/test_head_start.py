@@ -1,4 +1,4 @@
-"""Head starts (tracetui.runner.turns, relay): each next run of a grid starts while the one
+"""Head starts (tracetui.runner.headstarts, the turns of tracetui.runner.turns): each next run of a grid starts while the one
 before takes its warm-up steps, and waits, built, for its turn.
 
 Real sweeps of the tiny preset on the CPU: real forked workers, real pipes to the coordinator,
@@ -161,7 +161,7 @@ def test_when_runs_get_head_starts():
     assert "search" in head_starts_apply(search_cfg, make_planner(search_cfg, trials), [None], "cuda")[1]
 
 
-def test_the_coordinators_relay_rules():
+def test_the_coordinators_head_start_rules():
     """With real pipes (this test plays the runs and their lanes): a run may start only while
     the one before is past its first step inside its warm-up, and where there is room; the
     oldest ready run gets the turn; each turn carries what the sweep sends with it, the one

@@ -1,5 +1,5 @@
-"""Head starts: the next run of a grid starts while the current one takes its warm-up steps,
-and waits, built, for its turn.
+"""The turns of head starts (:mod:`.headstarts`, the scheduler's policy): the next run of a grid
+starts while the current one takes its warm-up steps, and waits, built, for its turn.
 
 Why. A run's start (its process, the model, the trainer) sat between two runs; started during
 the current run's warm-up steps (which are not measured), it overlaps them instead, and never a

@@ -1,4 +1,4 @@
-"""Head starts (tracetui.runner.turns, relay): each next run of a grid starts while the one
+"""Head starts (tracetui.runner.headstarts, the turns of tracetui.runner.turns): each next run of a grid starts while the one
 before takes its warm-up steps, and waits, built, for its turn.
 
 Real sweeps of the tiny preset on the CPU: real forked workers, real pipes to the coordinator,
@@ -16,7 +16,7 @@ from .conftest import ROOT, read_csv, run_main
 
 from tracetui.core.config import SweepConfig
 from tracetui.planning.plan import GridPlanner
-from tracetui.runner.sweep import relaying
+from tracetui.runner.headstarts import head_starts_apply
 from tracetui.runner.turns import Turns
 from tracetui.events.schema import WAITING_STAGE
 from tracetui.planning.search import make_planner
@@ -149,20 +149,20 @@ def test_a_probe_takes_its_references_with_its_first_turn():
 def test_when_runs_get_head_starts():
     trials = [Trial(1, 4), Trial(4, 1)]
     grid = GridPlanner(trials, 1)
-    assert relaying(SweepConfig(), grid, [None], "cuda") == (True, "")
-    assert relaying(SweepConfig(), grid, [None], "cpu") == (True, "")
-    assert relaying(SweepConfig(head_start=False), grid, [None], "cuda")[0] is False
-    assert relaying(SweepConfig(), grid, [0, 1], "cuda")[1] == "runs go side by side on several GPUs"
-    assert relaying(SweepConfig(warmup=2), grid, [None], "cuda") == (True, "")
-    assert "--warmup 1: a head start needs 2" in relaying(SweepConfig(warmup=1), grid, [None], "cuda")[1]
-    assert "no probe" in relaying(SweepConfig(probe=False), grid, [None], "cuda")[1]
-    assert "torchrun" in relaying(SweepConfig(nproc_per_node=2), grid, [None], "cuda")[1]
-    assert relaying(SweepConfig(), GridPlanner(trials[:1], 1), [None], "cuda") == (False, "one run")
+    assert head_starts_apply(SweepConfig(), grid, [None], "cuda") == (True, "")
+    assert head_starts_apply(SweepConfig(), grid, [None], "cpu") == (True, "")
+    assert head_starts_apply(SweepConfig(head_start=False), grid, [None], "cuda")[0] is False
+    assert head_starts_apply(SweepConfig(), grid, [0, 1], "cuda")[1] == "runs go side by side on several GPUs"
+    assert head_starts_apply(SweepConfig(warmup=2), grid, [None], "cuda") == (True, "")
+    assert "--warmup 1: a head start needs 2" in head_starts_apply(SweepConfig(warmup=1), grid, [None], "cuda")[1]
+    assert "no probe" in head_starts_apply(SweepConfig(probe=False), grid, [None], "cuda")[1]
+    assert "torchrun" in head_starts_apply(SweepConfig(nproc_per_node=2), grid, [None], "cuda")[1]
+    assert head_starts_apply(SweepConfig(), GridPlanner(trials[:1], 1), [None], "cuda") == (False, "one run")
     search_cfg = SweepConfig(search=True)
-    assert "search" in relaying(search_cfg, make_planner(search_cfg, trials), [None], "cuda")[1]
+    assert "search" in head_starts_apply(search_cfg, make_planner(search_cfg, trials), [None], "cuda")[1]
 
 
-def test_the_coordinators_relay_rules():
+def test_the_coordinators_head_start_rules():
     """With real pipes (this test plays the runs and their lanes): a run may start only while
     the one before is past its first step inside its warm-up, and where there is room; the
     oldest ready run gets the turn; each turn carries what the sweep sends with it, the one
@@ -310,12 +310,15 @@ def test_a_split_whose_next_run_waits_for_its_turn_is_queued_not_warming_up():
 def test_until_confident_runs_take_their_warm_up_while_the_run_before_exits(tmp_path):
     """Their references come with the turn that begins their measured steps (after the run
     before has been reaped), so nothing holds their warm-up back to the reap."""
+    from tracetui.runner.headstarts import HeadStarts
     from tracetui.runner.sweep import Sweep
 
     cfg = SweepConfig(splits="1x2,2x1", effective_batch=[2], until_confident=5.0, device="cpu",
                       runs_dir=str(tmp_path))
     sweep = Sweep(cfg, [Trial(1, 2), Trial(2, 1)])
+    hs = HeadStarts(mp.get_context("fork"), cfg, sweep._device)  # (what the sweep's run holds)
     try:
-        assert sweep.relay and sweep._room_to_step("any") is True
+        assert sweep.head_starts and hs.room_to_step("any") is True
     finally:
+        hs.close()
         sweep.close()

@@ -96,6 +96,24 @@ def test_sweep_leaves_no_daemon_of_its_script(tmp_path, daemons, how):
     _none_left(folder)
 
 
+def test_a_fork_server_started_by_other_code_is_replaced(tmp_path, daemons):
+    """multiprocessing's one fork server, started by other code of the process before the sweep
+    (not a subreaper): the sweep starts its own in its place, so what its forked run left finds
+    its way to it, as with a server of tracetui's."""
+    import multiprocessing
+
+    from tracetui.runner.lifetime import server_pid, stop_server
+
+    pid = server_pid()
+    stop_server()
+    if pid:  # ended, its threads too (until then multiprocessing calls it alive)
+        wait_until(lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None, 10)
+    plain = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+    plain.start()
+    plain.join(30)
+    test_sweep_leaves_no_daemon_of_its_script(tmp_path, daemons, "forked")
+
+
 class DaemonSweep(Sweep):
     """The built-in sweep, its trials run by the stand-in worker after detaching two daemons."""
 

@@ -21,7 +21,7 @@ from tracetui.core.accepted import OPTIMIZERS, SCHEDULERS, SFT_LOSSES, accepted
 from tracetui.core.config import SweepConfig, output_settings
 from tracetui.events.schema import MAX_STEP_MS, OUT_OF_BOUNDS, make, parse_line
 from tracetui.outputs.writer import Outputs
-from tracetui.runner.sweep import make_log
+from tracetui.runner.runlog import make_log
 from tracetui.events.log import read_events
 from tracetui.core.trial import SLUG_CHARS, Trial
 from tracetui.events.wire import SocketListener

@@ -1,7 +1,7 @@
 """Imported by the fork server before the libraries (:data:`tracetui.runner.lifetime.PRELOAD`): the server becomes
 a child subreaper, so that what a run started and left behind when its process went (a daemon
 that double-forked out of the run's tree) re-parents to the server, where the supervisor finds
-and ends it (:func:`tracetui.runner.lifetime.end_run`), instead of to PID 1. The server waits for
+and ends it (:func:`tracetui.runner.leftovers.end_run`), instead of to PID 1. The server waits for
 any child that ends (multiprocessing's own loop), so nothing it adopts stays a zombie; the
 warning that loop gives for a child it did not fork is not for the terminal.
 
@@ -14,7 +14,7 @@ import warnings
 from ..core import envvars
 
 if os.environ.pop(envvars.FORK_SERVER, None):
-    from .lifetime import become_subreaper
+    from .leftovers import become_subreaper
 
     become_subreaper()
     warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")

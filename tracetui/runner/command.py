@@ -24,7 +24,7 @@ from ..events.log import EventLog
 from ..events.sockpath import private_socket
 from ..events.wire import SocketListener
 from ..launch.dialects import launcher_for
-from .lifetime import end_run, new_tree, run_processes
+from .leftovers import end_run, new_tree, run_processes
 from .runlog import RunOutput
 from .script import probe_env
 from .sweep import new_sweep_id

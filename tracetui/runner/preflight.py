@@ -11,6 +11,7 @@ from typing import Any
 from ..core import clock
 from ..core.config import ConfigError, SweepConfig, dataset_kind, model_kind
 from ..core.nvml import NvmlUnavailable, device_count
+from ..core.nvml import names as gpu_names
 from ..core.presets import build_config
 from ..core.text import say
 from .forkrun import own_output
@@ -339,15 +340,16 @@ def gpu_count() -> int:
     """GPUs on this machine, without initialising CUDA in this process (NVML, else torch)."""
     try:
         return device_count()
-    except NvmlUnavailable:  # no NVML: ask torch
-        if sys.platform.startswith("linux") and not any(os.path.exists(d) for d in GPU_DEVICE_FILES):
-            return 0  # no device a GPU runtime could open: no need to import torch to know it
-        try:
-            import torch
+    except NvmlUnavailable:  # no NVML, or no driver it can reach: ask torch
+        pass
+    if sys.platform.startswith("linux") and not any(os.path.exists(d) for d in GPU_DEVICE_FILES):
+        return 0  # no device a GPU runtime could open: no need to import torch to know it
+    try:
+        import torch
 
-            return torch.cuda.device_count()
-        except ImportError:
-            return 0
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
 
 
 def device_kind(cfg: SweepConfig, cuda_available=None) -> str:
@@ -360,3 +362,18 @@ def device_kind(cfg: SweepConfig, cuda_available=None) -> str:
         return "cuda"
     available = cuda_available() if cuda_available is not None else gpu_count() > 0
     return "cuda" if available else "cpu"
+
+
+def gpu_model_warnings(lanes: list[int | None]) -> list[str]:
+    """Runs on GPUs of different models cannot be compared: say so before they start."""
+    gpus = [g for g in lanes if g is not None]
+    if len(gpus) < 2:
+        return []
+    try:
+        names = gpu_names(gpus)
+    except NvmlUnavailable as exc:
+        return [f"the GPUs' models cannot be compared: {exc}"]
+    if len(set(names.values())) > 1:
+        listed = ", ".join(f"GPU {g}: {n}" for g, n in names.items())
+        return [f"the GPUs are not the same model ({listed}): their times cannot be compared with each other"]
+    return []

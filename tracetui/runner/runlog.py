@@ -15,10 +15,14 @@ for the reader; a run that floods its output waits for it, at the speed of a fil
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import select
+import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 #: what a run's log keeps of its output: the first and the last bytes
 HEAD_BYTES = 2 * 1024 * 1024
@@ -185,3 +189,60 @@ class PassFd:
 
 def _inherited_fd(dup) -> int:
     return dup.detach()
+
+
+def make_log(path: Path) -> str | None:
+    """Make a run's log file (empty, or left as it is); why it cannot be, in words, or None: a
+    name too long is said as such (the folder is fine), anything else as the runs folder's."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK, 0o644))
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return (f"its log's path is longer than the file system takes ({len(os.fsencode(path.name))} bytes "
+                    f"of name, {len(os.fsencode(str(path)))} of path): give a shorter --runs-dir")
+        return f"the runs folder {path.parent} cannot be written any more ({exc.strerror or exc})"
+    return None
+
+
+class TolerantLog:
+    """The worker's output log, which must never stop training: on a full disk a library's print
+    or progress bar would raise ``OSError`` inside the training loop (and Python's exit would
+    fail flushing it), turning a healthy run into an error. Writes that fail are dropped."""
+
+    def __init__(self, fh):
+        self._fh = fh
+
+    def write(self, text: str) -> int:
+        try:
+            return self._fh.write(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._fh.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding ...
+        return getattr(self._fh, name)
+
+
+def worker_output(spec: dict) -> tuple[Any, str]:
+    """In tracetui's worker (:mod:`.worker`): the run's output to its log; and what to say where the log cannot be written ("")."""
+    # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
+    # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
+    # output goes nowhere and the run says so, never a traceback on the user's terminal.
+    lost_log = ""
+    try:
+        if spec.get("output_fd") is not None:  # the run's output pipe, which the sweep keeps in the log
+            log = TolerantLog(open(spec["output_fd"], "w", buffering=1, encoding="utf-8"))
+        else:
+            log = TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
+    except OSError as exc:
+        log = TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
+        lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    return log, lost_log

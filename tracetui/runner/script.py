@@ -17,7 +17,6 @@ import queue
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -31,12 +30,11 @@ from ..events.log import EventLog
 from ..core.trial import Trial
 from ..events.sockpath import private_socket
 from ..events.wire import SocketListener
-from . import forkrun
 from ..launch.dialects import SPLIT_FLAGS, TrialCommand, _option, launcher_for, script_parts, takes_flags, world_size
 from ..launch.fork import ForkTarget, environment_of, fork_target
 from ..launch.plan import run_plan
-from .lifetime import forking, restart_server_if_gone, server_pid, trial_context
-from .supervise import CommandChild, ForkedCommandChild
+from .executor import executor
+from .lifetime import forking, trial_context
 from .sweep import SweepBase, new_sweep_id
 
 
@@ -193,6 +191,7 @@ class ScriptSweep(SweepBase):
         self.fork, self.fork_why = self._fork_target(fresh)
         # the fork server starts here, before any app owns the terminal
         self._ctx = trial_context() if self.fork is not None else None
+        self._executor = executor(self._ctx)  # how each run's process starts (:mod:`.executor`)
         self.on_event = on_event
         self.sweep_id = new_sweep_id()
         self.dir = Path(cfg.runs_dir) / self.sweep_id
@@ -249,13 +248,7 @@ class ScriptSweep(SweepBase):
             self._emit(make("notice", spec.run_id, level="info",
                             message=f"its {self.launcher.name} config: {command.described()}"))
         target = fork_target(command.argv)[0] if self.fork is not None else None
-        if target is not None:
-            restart_server_if_gone()
-            payload = dict(target=asdict(target), env=env, cwd=os.getcwd(), log_path=str(log_path),
-                           parent_pid=server_pid() or os.getpid())
-            child: CommandChild = ForkedCommandChild(self._ctx, forkrun.run, payload, self._inbox, log_path)
-        else:
-            child = CommandChild(command.argv, env, self._inbox, log_path)
+        child = self._executor.command(command.argv, target, env, self._inbox, log_path)
         child.memory_limit = self.memory_capped()
         return self._supervised(spec, child)
 

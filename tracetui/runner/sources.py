@@ -180,7 +180,7 @@ def char_limit(seq_len: int, tokenizer: Any = None) -> int:
         try:
             longest = max((len(t) for t in tokenizer.get_vocab()), default=0)
             per_token = max(per_token, longest)
-        except Exception:  # noqa: BLE001 - a tokenizer without a vocabulary: keep the default
+        except (AttributeError, NotImplementedError, TypeError):  # a tokenizer without a vocabulary: the default
             pass
     return max(1, seq_len) * per_token
 

@@ -27,8 +27,8 @@ from ..events.schema import GPU, MISMATCH, NOTICE, RUN_FAILED, RUN_FINISHED, RUN
 from ..core.knobs import SHORT
 from ..planning.plan import RunSpec
 from ..core.trial import Trial
-from .lifetime import (die_with_this_process, end_run, launch, new_tree, process_gone, run_processes, run_tree,
-                       start_shielded)
+from .leftovers import end_run, new_tree, run_processes, run_tree
+from .lifetime import die_with_this_process, launch, process_gone, start_shielded
 from .runlog import PassFd, RunOutput
 
 #: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
@@ -135,7 +135,7 @@ class Child:
 
     def end(self) -> str:
         """Once the process has ended and been reaped: end every process the run started that is
-        still there, wherever it went (:func:`~.lifetime.end_run`), and finish its log. What the
+        still there, wherever it went (:func:`~.leftovers.end_run`), and finish its log. What the
         run's notice says of its output, where the log had to cut it ("" where not)."""
         end_run(self.tree, self.forked, tuple(self.seen))
         if self.output is None:
@@ -383,14 +383,6 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
     Every event is handed to ``emit`` as it arrives; the run's end is the one its lead rank
     (rank 0 on this machine) reports, else :func:`classify_end`'s reading, which is then emitted
     as the run's ``run_failed``."""
-    clock = StallClock(stall_timeout)
-    started = False  # whether the run announced itself (a script may die before its trainer does)
-    final: tuple[str, str] | None = None
-    stalled: str | None = None
-    term_at: float | None = None
-    final_at: float | None = None
-    dead_since: float | None = None
-    mismatch: str | None = None
     try:
         child.start()
     except OSError as exc:  # its program gone since the checks, or not one that runs here
@@ -401,68 +393,99 @@ def supervise(spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: t
         what = getattr(child, "cmd", None)
         return _ended(spec, emit, "error", f"could not start {what[0] if what else 'its process'} "
                                            f"({exc.strerror or exc})", started=False)
+    watch = _Watch(spec, child, emit, stop, StallClock(stall_timeout), waiting)
     try:
-        while True:
-            now = time.monotonic()
-            if waiting is not None and waiting():
-                clock.last = now  # its turn is another run's: waiting is not stalling
-            if stalled is None and term_at is None and final is None:
-                stalled = clock.stalled()
-            # a run told to stop, a stalled one, and one that said it ended but lingers
-            lingering = final_at is not None and now - final_at > child.linger_s
-            if (stop.is_set() or stalled or lingering) and term_at is None and child.alive():
-                term_at = now
-                child.note_tree()  # (what it started, found again once it has gone)
-                child.signal(signal.SIGTERM)
-                if stalled:
-                    child.signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
-            if term_at is not None and child.alive() and now - term_at > KILL_AFTER_S:
-                child.signal(signal.SIGKILL)
-            event = child.next_event(0.1)
-            if event is not None:
-                ours = event.get("run_id") == spec.run_id
-                if ours and stalled:
-                    continue  # what a stalled run sends while it is stopped is not measured
-                if ours and mismatch is not None and event.get("type") in (RUN_FINISHED, RUN_FAILED):
-                    continue  # it ended as a mismatch, whatever it says of its end
-                if ours and event.get("type") == RUN_STARTED:
-                    event, said = as_planned(spec, event)
-                    if said is not None and mismatch is None and final is None:
-                        mismatch, final, final_at = said, (MISMATCH, said), now
-                        emit(event)
-                        event = make(RUN_FAILED, spec.run_id, kind=MISMATCH, message=said)
-                        # its training goes on for nothing: stopped as a stop would
-                        term_at = now
-                        child.signal(signal.SIGTERM)
-                if ours:
-                    clock.saw(event)
-                    started = started or event.get("type") == RUN_STARTED
-                    if (final is None and event.get("type") in (RUN_FINISHED, RUN_FAILED)
-                            and event.get("rank", 0) == 0):
-                        final = (("ok", "") if event["type"] == RUN_FINISHED
-                                 else (event.get("kind", "error"), event.get("message", "")))
-                        final_at = now
-                emit(event)
-                dead_since = None if child.alive() else dead_since
-                continue
-            if not child.alive():
-                dead_since = dead_since or now
-                # gone, and nothing more arrived: after its end, at once; else give its last
-                # lines time to come
-                if final is not None or now - dead_since > DRAIN_S:
-                    break
+        watch.until_gone()
     finally:
         child.reap()
         try:
             cut = child.end()  # what the run started ends with it; its log finished
         except (OSError, ValueError):  # (a /proc that cannot be read: the run's end stands)
             cut = ""
+    final = watch.final
     if final is None:
-        kind, message = classify_end(child, spec, stop.is_set(), stalled)
-        final = _ended(spec, emit, kind, message, started)
-    if cut and not stalled:  # (what a stalled run says is not taken)
+        kind, message = classify_end(child, spec, stop.is_set(), watch.stalled)
+        final = _ended(spec, emit, kind, message, watch.started)
+    if cut and not watch.stalled:  # (what a stalled run says is not taken)
         emit(make(NOTICE, spec.run_id, level="warning", message=cut))
     return final
+
+
+class _Watch:
+    """One run's process watched to its end: its events passed on, and stopped (SIGTERM, then
+    SIGKILL) when the sweep stops, when it stalls, or when it lingers after its end."""
+
+    def __init__(self, spec: RunSpec, child: Child, emit: Callable[[dict], None], stop: threading.Event,
+                 clock: StallClock, waiting: Callable[[], bool] | None):
+        self.spec, self.child, self.emit, self.stop, self.clock, self.waiting = spec, child, emit, stop, clock, waiting
+        self.started = False  # whether the run announced itself (a script may die before its trainer does)
+        self.final: tuple[str, str] | None = None
+        self.stalled: str | None = None
+        self.term_at: float | None = None
+        self.final_at: float | None = None
+        self.mismatch: str | None = None
+
+    def until_gone(self) -> None:
+        dead_since: float | None = None
+        child = self.child
+        while True:
+            now = time.monotonic()
+            self._signal(now)
+            event = child.next_event(0.1)
+            if event is not None:
+                self._take(event, now)
+                dead_since = None if child.alive() else dead_since
+                continue
+            if not child.alive():
+                dead_since = dead_since or now
+                # gone, and nothing more arrived: after its end, at once; else give its last
+                # lines time to come
+                if self.final is not None or now - dead_since > DRAIN_S:
+                    return
+
+    def _signal(self, now: float) -> None:
+        """SIGTERM a run told to stop, a stalled one, and one that said it ended but lingers;
+        SIGKILL it :data:`KILL_AFTER_S` later."""
+        child = self.child
+        if self.waiting is not None and self.waiting():
+            self.clock.last = now  # its turn is another run's: waiting is not stalling
+        if self.stalled is None and self.term_at is None and self.final is None:
+            self.stalled = self.clock.stalled()
+        lingering = self.final_at is not None and now - self.final_at > child.linger_s
+        if (self.stop.is_set() or self.stalled or lingering) and self.term_at is None and child.alive():
+            self.term_at = now
+            child.note_tree()  # (what it started, found again once it has gone)
+            child.signal(signal.SIGTERM)
+            if self.stalled:
+                child.signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+        if self.term_at is not None and child.alive() and now - self.term_at > KILL_AFTER_S:
+            child.signal(signal.SIGKILL)
+
+    def _take(self, event: dict, now: float) -> None:
+        """Pass on one event; the run's own say how it ended, or that it trains another trial."""
+        ours = event.get("run_id") == self.spec.run_id
+        if ours and self.stalled:
+            return  # what a stalled run sends while it is stopped is not measured
+        if ours and self.mismatch is not None and event.get("type") in (RUN_FINISHED, RUN_FAILED):
+            return  # it ended as a mismatch, whatever it says of its end
+        if ours and event.get("type") == RUN_STARTED:
+            event, said = as_planned(self.spec, event)
+            if said is not None and self.mismatch is None and self.final is None:
+                self.mismatch, self.final, self.final_at = said, (MISMATCH, said), now
+                self.emit(event)
+                event = make(RUN_FAILED, self.spec.run_id, kind=MISMATCH, message=said)
+                # its training goes on for nothing: stopped as a stop would
+                self.term_at = now
+                self.child.signal(signal.SIGTERM)
+        if ours:
+            self.clock.saw(event)
+            self.started = self.started or event.get("type") == RUN_STARTED
+            if (self.final is None and event.get("type") in (RUN_FINISHED, RUN_FAILED)
+                    and event.get("rank", 0) == 0):
+                self.final = (("ok", "") if event["type"] == RUN_FINISHED
+                              else (event.get("kind", "error"), event.get("message", "")))
+                self.final_at = now
+        self.emit(event)
 
 
 def _ended(spec, emit, kind: str, message: str, started: bool) -> tuple[str, str]:

@@ -6,10 +6,10 @@ A run forked from the fork server finds torch imported by the server, so it woul
 that tracetui's environment gave, whatever its own environment asks. It asks for another in one
 common case: accelerate's launcher, which ``trl sft`` hands its script to, starts the script with
 ``OMP_NUM_THREADS=1`` (unless accelerate is configured to train on the CPU), so the plain command
-and a ``--fresh`` run train on one thread, and a forked run trained on two (this machine's
-cores). Beside one busy loop on a 2-core CPU the two threads waited for each other at every
-kernel while one of them queued behind the loop: forked runs took 1.86-2.33x the step time of
-fresh ones (benchmarks/forked_vs_fresh_cpu.py).
+and a ``--fresh`` run train on one thread, and a forked run would train on the server's count.
+Beside other load on few cores, threads that wait for each other at every kernel while one of
+them queues behind that load make a forked run's steps much slower than a fresh run's, and the
+two would not be compared fairly (benchmarks/forked_vs_fresh_cpu.py measures both ways).
 
 :meth:`Inherited.follow` (in the forked run, once its environment is set, and again when accelerate hands
 it the script's) sets the count a fresh interpreter would take from the environment now. What

@@ -1,5 +1,5 @@
-"""Head starts: the next run of a grid starts while the current one takes its warm-up steps,
-and waits, built, for its turn.
+"""The turns of head starts (:mod:`.headstarts`, the scheduler's policy): the next run of a grid
+starts while the current one takes its warm-up steps, and waits, built, for its turn.
 
 Why. A run's start (its process, the model, the trainer) sat between two runs; started during
 the current run's warm-up steps (which are not measured), it overlaps them instead, and never a
@@ -28,6 +28,7 @@ that ran out of memory beside the next one, built early, runs again alone (the s
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from typing import Any, Callable
@@ -205,7 +206,7 @@ class Turns:
                     return
             try:
                 self._round()
-            except Exception:  # noqa: BLE001 - the coordinator must not die: every run would wait
+            except Exception:  # noqa: BLE001 - reported (its traceback on stderr): the coordinator must not die, every run would wait
                 traceback.print_exc(file=sys.stderr)
                 time.sleep(0.1)
 
@@ -235,7 +236,7 @@ class Turns:
         a run must not wait for ever on an error of the sweep's)."""
         try:
             return ask(run_id)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - reported: its traceback on stderr, and the turn goes on
             import sys
             import traceback
 
@@ -245,7 +246,7 @@ class Turns:
     def _heard(self, run_id: str, conn: Any) -> None:
         try:
             msg = conn.recv()
-        except Exception:  # noqa: BLE001 - EOF, a closed or garbled pipe: the run has ended
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError):  # a closed or garbled pipe: the run has ended
             msg = ("end",)
         with self._lock:
             seat = self._seats.get(run_id)
@@ -269,30 +270,47 @@ class Turns:
             self._lock.notify_all()
 
     def _give(self) -> None:
+        """Give the turn to the oldest ready run (:meth:`_next_up`). What goes with it
+        (``on_go``) is asked outside the lock: the sweep answers under its own scheduler's
+        condition, which a lane holds while it seats a run here."""
         with self._lock:
-            if self._holder is not None or self._between:
+            rid = self._next_up()
+            if rid is None:
                 return
-            if any(s.state == STARTING for s in self._seats.values()):
-                return
-            exiting = any(s.state == EXITING for s in self._seats.values())
-            for rid, seat in self._seats.items():  # the oldest ready run: the current one keeps its place
-                if seat.state != READY:
-                    continue
-                # a run's warm-up may begin while the one before exits (no measured step of
-                # either: its measured steps wait for the reap), where there is room for it
-                if exiting and (rid in self._went or not self._asked(self._room_to_step, rid)):
-                    continue
-                try:
-                    sent = self._asked(self._on_go, rid) if self._on_go else None
-                    seat.conn.send(("go", sent) if self._on_go else "go")
-                except (OSError, ValueError):
+            self._holder = rid  # (held meanwhile: no other turn is given; only this thread gives)
+        sent = self._asked(self._on_go, rid) if self._on_go else None
+        with self._lock:
+            seat = self._seats.get(rid)
+            try:
+                if seat is None:
+                    raise ValueError(rid)  # unseated meanwhile: no turn for it
+                seat.conn.send(("go", sent) if self._on_go else "go")
+            except (OSError, ValueError):
+                if seat is not None:
                     seat.state = EXITING
-                    continue
-                self._went.add(rid)
-                seat.state = ACTIVE
-                self._holder = rid
-                self._lock.notify_all()
+                if self._holder == rid:
+                    self._holder = None
                 return
+            self._went.add(rid)
+            seat.state = ACTIVE
+            self._lock.notify_all()
+
+    def _next_up(self) -> str | None:
+        """(Under the lock) the run the turn goes to now, or None."""
+        if self._holder is not None or self._between:
+            return None
+        if any(s.state == STARTING for s in self._seats.values()):
+            return None
+        exiting = any(s.state == EXITING for s in self._seats.values())
+        for rid, seat in self._seats.items():  # the oldest ready run: the current one keeps its place
+            if seat.state != READY:
+                continue
+            # a run's warm-up may begin while the one before exits (no measured step of
+            # either: its measured steps wait for the reap), where there is room for it
+            if exiting and (rid in self._went or not self._asked(self._room_to_step, rid)):
+                continue
+            return rid
+        return None
 
 
 #: seconds a run may wait for its turn before it says it waits (and its GPU sampler pauses)

@@ -16,7 +16,7 @@ from ..analysis import StopRule
 from ..core import envvars
 from ..core.config import KNOB_DEFAULTS, SweepConfig, dataset_kind
 from ..core.foreign import run_multiprocessing_finalizers
-from ..core.knobs import KNOBS, SHORT, fmt, model_args, sft_args
+from ..core.knobs import KNOBS, SHORT, model_args, sft_args
 from ..core.trial import Trial
 from ..events.schema import (
     RUN_FAILED,
@@ -34,9 +34,11 @@ from ..probe.gpu import GpuSampler
 from ..probe.settings import read_back
 from .lifetime import release_server, set_parent_death_signal
 from .preflight import device_kind
+from .runlog import worker_output
 from .sink import QueueSink
 from .sources import build_dataset, load_model, load_tokenizer
 from .turns import Gate
+from .failures import Unavailable, classify_failure, first_line, setting_at_fault
 
 
 class Interrupted(BaseException):
@@ -69,30 +71,6 @@ def _was_interrupted(exc: BaseException) -> bool:
             return True
         e, chain = e.__cause__ or e.__context__, chain + 1
     return _terminated
-
-
-class _TolerantLog:
-    """The worker's output log, which must never stop training: on a full disk a library's print
-    or progress bar would raise ``OSError`` inside the training loop (and Python's exit would
-    fail flushing it), turning a healthy run into an error. Writes that fail are dropped."""
-
-    def __init__(self, fh):
-        self._fh = fh
-
-    def write(self, text: str) -> int:
-        try:
-            return self._fh.write(text)
-        except (OSError, ValueError):
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._fh.flush()
-        except (OSError, ValueError):
-            pass
-
-    def __getattr__(self, name: str):  # fileno, isatty, encoding ...
-        return getattr(self._fh, name)
 
 
 def cap_memory(gib: float, device: str) -> None:
@@ -147,11 +125,9 @@ def _thread_lock_for_progress_bars() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def run(spec: dict, mp_queue: Any) -> None:
-    """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
-    gpu (index or None), log_path, parent_pid (the sweep's process)."""
-    global _reporting
-    # First of all: die with tracetui, however it dies (see tracetui.runner.sweep).
+def _die_with_tracetui(spec: dict) -> None:
+    """First of all: die with tracetui, however it dies (:mod:`.lifetime`); the terminal's
+    signals are the sweep's (it sends SIGTERM), and were blocked while this process started."""
     if spec.get("parent_pid"):
         release_server()
         set_parent_death_signal(spec["parent_pid"])
@@ -162,29 +138,70 @@ def run(spec: dict, mp_queue: Any) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, _on_sigterm)
-    # Keep the child's prints off the terminal the TUI draws on. The sweep made the log before
-    # starting this process (SweepBase._supervised); if it cannot be opened all the same, the
-    # output goes nowhere and the run says so, never a traceback on the user's terminal.
-    lost_log = ""
-    try:
-        if spec.get("output_fd") is not None:  # the run's output pipe, which the sweep keeps in the log
-            log = _TolerantLog(open(spec["output_fd"], "w", buffering=1, encoding="utf-8"))
-        else:
-            log = _TolerantLog(open(spec["log_path"], "a", buffering=1, encoding="utf-8"))
-    except OSError as exc:
-        log = _TolerantLog(open(os.devnull, "w", buffering=1, encoding="utf-8"))
-        lost_log = f"its log {spec['log_path']} cannot be written ({exc.strerror}): its output is lost"
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    sys.stdout = sys.stderr = log
+
+
+def _trial_environment(spec: dict) -> None:
+    """The environment variables a trial's libraries and probe read."""
     if spec.get("gpu") is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec["gpu"])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ[envvars.TRIAL] = "1"  # the sweep's own processes are not "other" load (probe/quiet.py)
     # nor the next run on its GPU, built early beside this one (a head start: probe/gpu.py)
-    if spec.get("relay"):
+    if spec.get("head_starts"):
         os.environ[envvars.HEAD_STARTS] = "1"
     _thread_lock_for_progress_bars()
+
+
+def _gpu_sampler(emit, run_id: str, cfg: SweepConfig, spec: dict, device: str, env: dict):
+    """The run's GPU sampler, started (None on the CPU, or where it cannot sample: said)."""
+    if device != "cuda":
+        emit(make("notice", run_id, level="info", message="running on the CPU; phases timed with the host clock"))
+        return None
+    sampler = GpuSampler(emit, run_id, hz=cfg.sample_hz,
+                         gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),
+                         uuid=env.get("gpu_uuid") or None)
+    why = sampler.start()
+    if why:
+        emit(make("notice", run_id, level="warning", message=why))
+        return None
+    return sampler
+
+
+def _run_started(run_id: str, trial: Trial, cfg: SweepConfig, spec: dict, precision: str, env: dict) -> dict:
+    """The run's ``run_started``: its trial, the config it trains with, where it runs."""
+    return make(RUN_STARTED, run_id, label=trial.label(SHORT), **trial.fields(), repeat=spec.get("repeat", 0),
+                why=spec.get("why") or "", pid=os.getpid(), rank=0, precision=precision, env=env,
+                config={k: v for k, v in cfg.to_dict().items()
+                        if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
+                                 "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
+                gpu=spec.get("gpu"), log_path=spec["log_path"],
+                **({"head_start": True} if spec.get("head_starts") and spec.get("head_start") else {}))
+
+
+def _device(cfg: SweepConfig, spec: dict, stages: "Stages") -> tuple[str, str, Any]:
+    """The run's device, made current, and its precision (``stages`` say what is left: forked
+    from the fork server, the libraries are imported already)."""
+    preloaded = "trl" in sys.modules
+    stages.enter("starting the device" if preloaded else "importing torch")
+    import torch
+
+    device = device_kind(cfg, torch.cuda.is_available)
+    if cfg.device.startswith("cuda:") and spec.get("gpu") is None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_index())
+    if device == "cuda":
+        torch.cuda.set_device(0)
+    precision, dtype = resolve_precision(cfg.precision, device)
+    stages.enter("reading the environment" if preloaded else "importing transformers and TRL")
+    return device, precision, dtype
+
+
+def run(spec: dict, mp_queue: Any) -> None:
+    """Process entry point. ``spec``: run_id, config (dict), micro_batch, grad_accum, repeat,
+    gpu (index or None), log_path, parent_pid (the sweep's process)."""
+    global _reporting
+    _die_with_tracetui(spec)
+    log, lost_log = worker_output(spec)
+    _trial_environment(spec)
 
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
@@ -200,43 +217,15 @@ def run(spec: dict, mp_queue: Any) -> None:
         _reporting = True
         if _terminated:  # SIGTERM came while the log and the queue were being set up
             raise Interrupted()
-        # forked from the fork server, the libraries are imported already: the stages say what is left
-        preloaded = "trl" in sys.modules
-        stages.enter("starting the device" if preloaded else "importing torch")
-        import torch
-
-        device = device_kind(cfg, torch.cuda.is_available)
-        if cfg.device.startswith("cuda:") and spec.get("gpu") is None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(cfg.gpu_index())
-        if device == "cuda":
-            torch.cuda.set_device(0)
-        precision, dtype = resolve_precision(cfg.precision, device)
-        stages.enter("reading the environment" if preloaded else "importing transformers and TRL")
+        device, precision, dtype = _device(cfg, spec, stages)
         from ..probe.callback import missing_callback_events
 
         why = missing_callback_events()
         if why:
             raise RuntimeError(why)
         env = environment(device)
-        sink.emit(make(RUN_STARTED, run_id, label=trial.label(SHORT), **trial.fields(), repeat=spec.get("repeat", 0),
-                       why=spec.get("why") or "",
-                       pid=os.getpid(), rank=0, precision=precision, env=env,
-                       config={k: v for k, v in cfg.to_dict().items()
-                               if k in ("model", "dataset", "seq_len", "steps", "warmup", "lora_r",
-                                        "lora_targets", "memory_limit", "seed", "peak_tflops", *KNOBS)},
-                       gpu=spec.get("gpu"), log_path=spec["log_path"],
-                       **({"head_start": True} if spec.get("relay") and spec.get("head_start") else {})))
-        if device == "cuda":
-            sampler = GpuSampler(sink.emit, run_id, hz=cfg.sample_hz,
-                                 gpu_index=spec["gpu"] if spec.get("gpu") is not None else cfg.gpu_index(),
-                                 uuid=env.get("gpu_uuid") or None)
-            why = sampler.start()
-            if why:
-                sink.emit(make("notice", run_id, level="warning", message=why))
-                sampler = None
-        else:
-            sink.emit(make("notice", run_id, level="info",
-                           message="running on the CPU; phases timed with the host clock"))
+        sink.emit(_run_started(run_id, trial, cfg, spec, precision, env))
+        sampler = _gpu_sampler(sink.emit, run_id, cfg, spec, device, env)
         metrics = train(cfg, mb, ga, device, precision, dtype, sink.emit, run_id, spec, stages,
                         hold=sampler.hold if sampler is not None else None)
         sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=metrics.get("train_runtime"),
@@ -265,38 +254,6 @@ def run(spec: dict, mp_queue: Any) -> None:
     os._exit(code)
 
 
-class Unavailable(RuntimeError):
-    """A varied setting cannot run here (raised where it is applied)."""
-
-
-#: exception types (by name, anywhere in the chain) that mean torch.compile could not compile
-_COMPILE_FAILURES = ("BackendCompilerFailed", "InductorError", "TorchRuntimeError", "Unsupported",
-                     "InternalTorchDynamoError")
-
-
-def classify_failure(exc: BaseException, micro_batch: int, varied: dict | None = None) -> tuple[str, str]:
-    """``(kind, one line)`` for a run's failure: ``oom``, ``unavailable`` (a setting this
-    machine cannot run), or ``error``."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    chain, e = [], exc
-    while e is not None and len(chain) < 10:  # the OOM may sit under a wrapping error
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    is_oom = any(
-        type(e).__name__ == "OutOfMemoryError" or isinstance(e, MemoryError)
-        or "out of memory" in str(e).lower() or "can't allocate memory" in str(e).lower()
-        for e in chain)
-    if is_oom:
-        return "oom", f"out of memory at micro-batch {micro_batch}: {text[:200]}"
-    for e in chain:
-        if isinstance(e, Unavailable):
-            return "unavailable", str(e)[:300]
-    settings = varied or {}
-    if settings.get("torch_compile") and any(type(e).__name__ in _COMPILE_FAILURES for e in chain):
-        return "unavailable", f"torch_compile=on does not compile here: {type(exc).__name__}: {text[:200]}"
-    return "error", f"{type(exc).__name__}: {text[:300]}"
-
-
 class Stages:
     """What the trial's process is doing before its first step, as ``run_stage`` events: each
     stage's start in seconds since the sweep started the process (``started_at``), so a user
@@ -317,6 +274,45 @@ class Stages:
         self._emit(make(RUN_STAGE, self.run_id, stage=stage, elapsed_s=elapsed, rank=0, stages=dict(self.seen)))
 
 
+def _model(cfg, device: str, dtype, knob_values: dict):
+    """The model, with the varied settings it is loaded with; one they make it refuse is
+    :class:`Unavailable`."""
+    try:
+        return load_model(cfg, device, dtype, **model_args(knob_values))
+    except SETTING_REFUSED as exc:
+        if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
+            what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
+            raise Unavailable(f"{what} cannot run here: {first_line(exc)}") from exc
+        raise
+
+
+def _sft_config(cfg, mb: int, ga: int, device: str, precision: str, knob_values: dict, out_dir: str):
+    """TRL's ``SFTConfig`` for the run, every speed setting passed; and those settings' own
+    arguments. One the trainer refuses is :class:`Unavailable` (``out_dir`` is removed then)."""
+    import dataclasses
+    import shutil
+
+    from trl import SFTConfig
+
+    known = {f.name for f in dataclasses.fields(SFTConfig)}
+    extra = sft_args(knob_values, known)
+    try:
+        return SFTConfig(**extra,
+            output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
+            max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
+            bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
+            logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
+            # Padding-free batches leave truncation to the data (TRL refuses max_length with them):
+            # the built-in rows are cut to --seq-len already.
+            max_length=None if cfg.padding_free and dataset_kind(cfg.dataset) == "synthetic" else cfg.seq_len,
+            dataset_text_field=cfg.text_field, packing=False,
+            lr_scheduler_type="constant",
+        ), extra
+    except (ValueError, TypeError, ImportError) as exc:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise setting_at_fault(cfg, exc, extra) from exc
+
+
 def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, probe=None, callbacks=(),
                   stages: "Stages | None" = None):
     """The model, the data and a real TRL ``SFTTrainer`` with LoRA, as a user would set it up.
@@ -327,27 +323,19 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
 
     ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the callbacks and
     handed each micro-batch's loss; ``callbacks`` come before it."""
-    import dataclasses
     import shutil
     import tempfile
 
     from peft import LoraConfig
     from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
 
     enter = stages.enter if stages is not None else (lambda _stage: None)
     knob_values = {name: getattr(cfg, name) for name in KNOBS}
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
     enter("building the model")
-    model_kwargs = model_args(knob_values)
-    try:
-        model = load_model(cfg, device, dtype, **model_kwargs)
-    except SETTING_REFUSED as exc:
-        if cfg.attn_implementation != KNOB_DEFAULTS["attn_implementation"] or cfg.qlora:
-            what = "qlora=on" if cfg.qlora else f"attn_implementation={cfg.attn_implementation}"
-            raise Unavailable(f"{what} cannot run here: {_first_line(exc)}") from exc
-        raise
+    model = _model(cfg, device, dtype, knob_values)
     enter("preparing data")
     dataset = build_dataset(cfg, model.config.vocab_size, tokenizer)
     enter("building the trainer")
@@ -356,23 +344,7 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM")
     out_dir = tempfile.mkdtemp(prefix="tracetui-")
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    extra = sft_args(knob_values, known)
-    try:
-        args = SFTConfig(**extra,
-            output_dir=out_dir, per_device_train_batch_size=mb, gradient_accumulation_steps=ga,
-            max_steps=cfg.steps, learning_rate=cfg.lr, seed=cfg.seed, data_seed=cfg.seed,
-            bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=device == "cpu",
-            logging_steps=cfg.steps, save_strategy="no", report_to="none", disable_tqdm=True,
-            # Padding-free batches leave truncation to the data (TRL refuses max_length with them):
-            # the built-in rows are cut to --seq-len already.
-            max_length=None if cfg.padding_free and dataset_kind(cfg.dataset) == "synthetic" else cfg.seq_len,
-            dataset_text_field=cfg.text_field, packing=False,
-            lr_scheduler_type="constant",
-        )
-    except (ValueError, TypeError, ImportError) as exc:
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise _setting_at_fault(cfg, exc, extra) from exc
+    args, extra = _sft_config(cfg, mb, ga, device, precision, knob_values, out_dir)
     class ProbedSFTTrainer(SFTTrainer):
         """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
         override point of ``Trainer``, so the loss is read without a host-device sync."""
@@ -391,28 +363,10 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     except BaseException as exc:
         shutil.rmtree(out_dir, ignore_errors=True)  # the trainer never came to own it
         if isinstance(exc, SETTING_REFUSED):
-            raise _setting_at_fault(cfg, exc, extra) from exc
+            raise setting_at_fault(cfg, exc, extra) from exc
         raise
     enter("first step")
     return trainer
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
-def _setting_at_fault(cfg, exc: BaseException, passed: dict) -> BaseException:
-    """``exc`` as :class:`Unavailable` when its message names a speed setting that is not at
-    its default (the trainer refused that value here), else ``exc`` itself."""
-    text = str(exc)
-    for name, knob in KNOBS.items():
-        value = getattr(cfg, name)
-        if value == KNOB_DEFAULTS.get(name):
-            continue
-        if any(arg in text for arg in knob.sft(value)) or name in text:
-            return Unavailable(f"{name}={fmt(value)} cannot run here: {_first_line(exc)}")
-    return exc
 
 
 def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict,

@@ -493,7 +493,7 @@ def sweep_subtitle(sweep, cfg=None) -> str:
     # a script's own settings come with its runs (run_started, run_settings), not tracetui's
     subtitle = (f"script {' '.join(Path(c).name if i == 1 else c for i, c in enumerate(cmd[:2]))}" if cmd
                 else f"{cfg.model} · seq {cfg.seq_len} · {cfg.steps} steps")
-    if sweep is not None and sweep.relay:
+    if sweep is not None and sweep.head_starts:
         subtitle += " · head starts"
     if getattr(sweep, "fork", None) is not None:
         subtitle += " · forked starts"

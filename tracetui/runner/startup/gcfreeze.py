@@ -4,10 +4,9 @@ imports made goes to the collector's permanent generation (``gc.freeze``), so th
 trial's collections never walk them, and never write to (and so copy) the pages they fill; then
 the collector, off during the imports (:mod:`.gcoff`), is on again.
 
-No collection before the freeze: the imports leave next to no garbage (about 13 000 of 790 000
-objects on a 2-core CPU), and a full collection of that heap took 0.4-0.5 s there, on the way to
-every sweep's first run; the little garbage frozen costs the server a few pages, shared by
-every trial and never written."""
+No collection before the freeze: the imports leave next to no garbage, and a full collection
+of a heap that size is a noticeable wait on the way to every sweep's first run; the little
+garbage frozen costs the server a few pages, shared by every trial and never written."""
 
 import gc
 import time

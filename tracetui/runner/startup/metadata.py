@@ -4,8 +4,8 @@ the table of installed packages, computed beside the imports instead of in their
 ``importlib.metadata.packages_distributions()`` reads every installed distribution's file list
 (each ``RECORD`` of a CUDA build of torch and its NVIDIA wheels is thousands of lines). TRL
 calls it when imported, as transformers does (once, or when it first checks a package), and
-nothing shares the result: on the H200's environment each call took about 1.2 s of the fork
-server's imports. Here a second interpreter computes it, over this process's own search path,
+nothing shares the result: where many large distributions are installed (a CUDA build's), each
+call is a sizeable part of the fork server's imports. Here a second interpreter computes it, over this process's own search path,
 while this one imports torch; the first caller takes its result (waiting for it if need be),
 every caller a copy. Where the helper cannot answer, the standard function runs, as before."""
 

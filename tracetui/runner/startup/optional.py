@@ -5,8 +5,8 @@ fine-tune never reaches, kept out of the server's imports.
 transformers imports scikit-learn when it is installed (for assisted generation's candidate
 scores), SciPy (for the Hungarian matching of object-detection losses), torchvision and
 torchaudio (image and audio processing) as soon as the trainer or PEFT is imported. None of them
-is on the path of a causal LM's training step, and on a box that has them all (the H200's image
-does) they are a sizeable part of the server's imports. During the imports each is marked absent
+is on the path of a causal LM's training step, and where they are all installed they are a
+sizeable part of the server's imports. During the imports each is marked absent
 (``sys.modules[name] = None``, the documented way to halt an import), so the libraries take the
 path they take where it is not installed; :func:`restore` (from :mod:`.gcfreeze`, last) removes
 the marks, so a trial's own code (a model's remote code, say) can still import them, paying for

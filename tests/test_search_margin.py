@@ -32,7 +32,7 @@ def test_a_split_predicted_slower_than_the_best_even_with_the_margin_is_skipped_
     assert why.startswith("skipped: predicted 23.2 s/step from 1x1's time per micro-batch, 1.45x the best (2x16); "
                           "1.33x even if 9.0% faster (margin 9.0%: the prior from held-out H200 checks")
     assert "this sweep's 1 check(s) within it (2x16 +4.0%)" in why
-    assert any("made faster by the predictions' margin 9.0%" in n for n in p.notes())
+    assert any("slower than the best measured; margin 9.0%: the prior" in n for n in p.notes())
 
 
 def test_a_sweep_whose_predictions_are_far_off_widens_the_margin_and_runs_the_split():

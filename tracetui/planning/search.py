@@ -48,6 +48,8 @@ from ..analysis import (MEMORY_SHARE, PROBE_WHY, SETTLE_Z, enough_for_interval, 
                         predicted_text, settle_interval)
 from ..core.columns import fmt_gib
 from ..core.knobs import SHORT
+from .ahead import SearchAhead
+from .estimate import Pace
 from .margin import StepErrors
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from ..probe.gpu import physical_index
@@ -114,7 +116,7 @@ def fam_key(fam: Family) -> tuple:
     return (fam.world_size, fam.settings)
 
 
-class SearchPlanner(Planner):
+class SearchPlanner(SearchAhead, Planner):
     """Decides as it goes (see the module's docstring)."""
 
     name = "search"
@@ -254,8 +256,7 @@ class SearchPlanner(Planner):
                     return
 
     def _median(self, t: Trial) -> float | None:
-        walls = [w for r in self.outcome.get(t, []) if r.status == "ok" for w in r.walls_ms]
-        return statistics.median(walls) if walls else None
+        return statistics.median(walls) if (walls := self._walls(t)) else None
 
     def _walls(self, t: Trial) -> list[float]:
         return [w for r in self.outcome.get(t, []) if r.status == "ok" for w in r.walls_ms]
@@ -390,9 +391,7 @@ class SearchPlanner(Planner):
         out = [f"search: {self.unbounded_why}"] if self.unbounded_why else []
         for fam in self.families.values():
             line = fam.memory.line()
-            tag = ""
-            if fam.settings:
-                tag = " (" + " ".join(f"{k}={v}" for k, v in fam.settings) + ")"
+            tag = " (" + " ".join(f"{k}={v}" for k, v in fam.settings) + ")" if fam.settings else ""
             if line is not None:
                 a, b = line
                 pts = ", ".join(f"{m}: {p:.2f}" for m, p in sorted(fam.memory.points.items()))
@@ -410,9 +409,9 @@ class SearchPlanner(Planner):
         ran = sum(1 for t in self.trials if any(r.status != "skipped" for r in self.outcome.get(t, [])))
         probes = sum(1 for f in self.families.values() for p in f.probes if p not in self.trials and p in self.outcome)
         out.append(f"search: ran {ran} of {len(self.trials)} trials" + (f" and {probes} memory probe(s)" if probes else ""))
-        skips = ("search: a split is skipped where its step, predicted from the time per micro-batch measured "
-                 f"elsewhere and made faster by the predictions' {self.errors.said()}, is still slower than the "
-                 "best measured")
+        skips = ("search: a split is skipped only where its step, predicted from the time per micro-batch measured "
+                 f"elsewhere and made faster by the predictions' margin, is still slower than the best measured; "
+                 f"{self.errors.said()}")
         if self.outcome:
             return out + [skips]
         first = ("the largest micro-batch (no memory bound: no probes)" if self.limit is None else
@@ -433,9 +432,8 @@ def probe_length(cfg) -> int | None:
 
 
 def card_gib(cfg, free: bool = False) -> float | None:
-    """The first GPU's memory (GiB) where runs will train, from NVML (no CUDA in this process);
-    ``free``: what is free of it now. None on the CPU, or where NVML cannot say
-    (:func:`card_memory` says why)."""
+    """The first GPU's memory (GiB) where runs train, from NVML (no CUDA in this process); ``free``:
+    what is free of it now. None on the CPU, or where NVML cannot say (:func:`card_memory` says why)."""
     return card_memory(cfg, free)[0]
 
 
@@ -493,8 +491,10 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     ``short_runs``: whether the sweep can run a trial for fewer steps than ``--steps`` (not a
     user's script, whose steps are its own)."""
     search, line = wants_search(cfg, trials)
-    if search:
-        if line:
-            say(f"tracetui: {line}")
-        return make_search(cfg, trials, short_runs)
-    return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)
+    if line:
+        say(f"tracetui: {line}")
+    planner = make_search(cfg, trials, short_runs) if search else GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)
+    # the estimate's priors: a script's steps are its own; "auto" is the GPU where NVML finds one
+    device = cfg.device if cfg.device != "auto" else "cuda" if card_gib(cfg) else "cpu"
+    planner.pace = Pace(cfg.steps if short_runs else None, cfg.seq_len, device)
+    return planner

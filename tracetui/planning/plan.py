@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import abc
 import statistics
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,6 +25,7 @@ from ..events.schema import RUN_STAGE, STEP
 from ..core.knobs import SHORT
 from ..core.text import clean
 from ..core.trial import Trial
+from .estimate import Estimate, Pace, Pending, estimate_left
 
 
 @dataclass
@@ -54,6 +57,8 @@ class TrialResult:
     message: str = ""
     #: the measured steps as pairing reads them (:data:`tracetui.analysis.StepKey`), beside ``walls_ms``
     steps: list[tuple] = field(default_factory=list)
+    #: seconds from the run's start to its end, where known (the estimate's measure of a run)
+    seconds: float | None = None
 
     @property
     def trial(self) -> Trial:
@@ -102,6 +107,32 @@ class Planner(abc.ABC):
     def notes(self) -> list[str]:
         """What the planner concluded, for the summary (one line each)."""
         return []
+
+    #: what the sweep's runs are, for :meth:`estimate` (:func:`tracetui.planning.search.make_planner`
+    #: sets it); None: the estimate waits for a finished run
+    pace: Pace | None = None
+    #: how :meth:`pending` counts the runs left, said in the estimate ("" where it knows them)
+    pending_how = ""
+
+    def pending(self, finished: list[TrialResult]) -> list[Pending]:
+        """The runs left after ``finished`` (runs in flight included): here the preview's."""
+        ended = Counter((r.trial, r.spec.repeat) for r in finished)
+        out = []
+        for d in self.preview() or []:
+            if d.skip is not None:
+                continue
+            if ended[(d.trial, d.repeat)]:
+                ended[(d.trial, d.repeat)] -= 1
+                continue
+            out.append((d.trial, d.steps))
+        return out
+
+    def estimate(self, finished: list[TrialResult] = ()) -> Estimate:
+        """How long the runs left after ``finished`` will take, and how that was derived: from
+        rough priors before any run finished, then from what the finished runs measured
+        (:mod:`tracetui.planning.estimate`)."""
+        finished = [r for r in finished if r.status != "skipped"]
+        return estimate_left(self.pending(finished), finished, self.pace, self.pending_how)
 
 
 def interleave(trials: list[Trial], repeats: int) -> list[tuple[Trial, int]]:
@@ -156,10 +187,13 @@ class Measured:
         self._steps: dict[Trial, list[tuple]] = {}
         self._run_steps: dict[str, list[tuple]] = {}
         self._peak: dict[str, float] = {}
+        #: when each run was started (its spec added), for the seconds it took
+        self._added: dict[str, float] = {}
         self.stages: dict[str, dict[str, float]] = {}
 
     def add(self, spec: RunSpec) -> None:
         self._spec[spec.run_id] = spec
+        self._added[spec.run_id] = time.time()
 
     def observe(self, event: dict) -> None:
         rid = event.get("run_id")
@@ -181,8 +215,10 @@ class Measured:
         self._run_steps.setdefault(rid, []).append(key)
 
     def result(self, spec: RunSpec, status: str, message: str = "") -> TrialResult:
+        added = self._added.get(spec.run_id)
         return TrialResult(spec, status, list(self._run_walls.get(spec.run_id, [])),
-                           self._peak.get(spec.run_id), message, list(self._run_steps.get(spec.run_id, [])))
+                           self._peak.get(spec.run_id), message, list(self._run_steps.get(spec.run_id, [])),
+                           None if added is None else time.time() - added)
 
     def references(self, trial: Trial, least: int) -> list[tuple]:
         """Intervals of the other trials of ``trial``'s effective batch with ``least`` steps; each
@@ -203,13 +239,15 @@ def dry_run_lines(planner: Planner, cfg, what: Callable[[Decision], str] | None 
     ``what``: the end of a run's line (default: its steps and model; a script sweep's: its
     command)."""
     preview = planner.preview()
+    # the estimate where the runs' steps are the sweep's (a script's are its own: no prior)
+    estimate = [planner.estimate().line()] if planner.pace is not None and planner.pace.steps is not None else []
     if preview is None:
-        return [clean(line) for line in [f"{planner.name}: runs are decided as it goes"] + planner.notes()]
+        return [clean(line) for line in [f"{planner.name}: runs are decided as it goes"] + planner.notes() + estimate]
     if what is None:
         steps = f"{'at most ' if cfg.until_confident is not None else ''}{cfg.steps} steps"
         what = lambda _d: f", {steps}, {cfg.model}"  # noqa: E731
     # (they quote the model, the varied values and the script's command: one printable line each)
     return [clean(f"run {n}: {d.trial.label(SHORT)} (effective batch {d.trial.effective_batch}"
             + (f", repeat {d.repeat + 1}" if cfg.repeats > 1 else "") + ")" + what(d))
-            for n, d in enumerate(preview, 1)]
+            for n, d in enumerate(preview, 1)] + estimate
 

@@ -25,8 +25,10 @@ The seed's advice, made a planner (:class:`SearchPlanner`, on :mod:`tracetui.pla
    split can beat it by more than the measurement resolves.
 4. **Share what was learned.** Effective batches with the same other settings share one memory
    line and the time per micro-batch measured at each micro-batch (probes included): a
-   neighbour whose step, predicted as accumulation x time per micro-batch (x :data:`OPTIMISM`),
-   is still clearly slower than the best is skipped with that reason, never run.
+   neighbour whose step, predicted as accumulation x time per micro-batch and made faster by the
+   predictions' margin of error (:mod:`tracetui.planning.margin`: the largest error of the
+   sweep's own checks, a prior from held-out checks until it has enough), is still slower than
+   the best is skipped with that reason and the margin, never run.
 5. **OOM bounds the search**: a run out of memory (status ``oom``, its prediction and the limit
    in its row) caps the micro-batch below it; the next start is the largest below the cap.
 
@@ -47,6 +49,9 @@ from ..analysis import (MEMORY_SHARE, PROBE_WHY, SETTLE_Z, enough_for_interval, 
 from ..core.columns import fmt_gib
 from ..core.nvml import NvmlUnavailable, memory_bytes
 from ..core.knobs import SHORT
+from .ahead import SearchAhead
+from .estimate import Pace
+from .margin import StepErrors
 from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from ..probe.gpu import physical_index
 from ..core.text import say
@@ -58,10 +63,6 @@ HEADROOM = MEMORY_SHARE
 #: fresh processes of one split differ by several percent from one another (the README's
 #: repeatability figures), so a smaller difference is not taken as the split's
 RESOLUTION = 0.10
-#: a step predicted from the time per micro-batch measured elsewhere (another accumulation, a
-#: probe) is taken as this fraction of the prediction before calling it hopeless: the probe's
-#: step carries the optimizer once per micro-batch, and processes differ
-OPTIMISM = 0.75
 #: runs above which the default planner is the search rather than the grid
 HANDFUL = 6
 #: measured steps of a memory probe (after the sweep's warm-up), on rows of one length: its
@@ -116,7 +117,7 @@ def fam_key(fam: Family) -> tuple:
     return (fam.world_size, fam.settings)
 
 
-class SearchPlanner(Planner):
+class SearchPlanner(SearchAhead, Planner):
     """Decides as it goes (see the module's docstring)."""
 
     name = "search"
@@ -150,6 +151,8 @@ class SearchPlanner(Planner):
         self._skipped: set[Trial] = set()
         #: (family key, effective batch) -> the first trial the search ran there
         self._start: dict[tuple, Trial] = {}
+        #: each run split's step predicted before it ran, beside what it measured: the skips' margin
+        self.errors = StepErrors()
         if self.limit is not None:
             for fk, fam in self.families.items():
                 sizes = sorted({t.micro_batch for (k, _eb), g in self.groups.items() if k == fk for t in g})
@@ -188,6 +191,7 @@ class SearchPlanner(Planner):
             fam.oom_at = t.micro_batch if fam.oom_at is None else min(fam.oom_at, t.micro_batch)
         if result.status == "ok" and result.median_ms:
             fam.per_micro.setdefault(t.micro_batch, []).append((result.median_ms / t.grad_accum, t.label(SHORT)))
+            self.errors.measure(t, self._median(t))
         if len([r for r in self.outcome[t] if r.status != "skipped"]) >= self._runs_of(t):
             self.done.add(t)
 
@@ -253,8 +257,7 @@ class SearchPlanner(Planner):
                     return
 
     def _median(self, t: Trial) -> float | None:
-        walls = [w for r in self.outcome.get(t, []) if r.status == "ok" for w in r.walls_ms]
-        return statistics.median(walls) if walls else None
+        return statistics.median(walls) if (walls := self._walls(t)) else None
 
     def _walls(self, t: Trial) -> list[float]:
         return [w for r in self.outcome.get(t, []) if r.status == "ok" for w in r.walls_ms]
@@ -309,18 +312,28 @@ class SearchPlanner(Planner):
             return
         self._finish(fam, group, best)
 
-    def _hopeless(self, fam: Family, n: Trial, best: Trial) -> str | None:
-        """Why ``n`` cannot beat ``best``, predicted from its time per micro-batch measured
-        elsewhere (a probe, another effective batch), or None."""
+    def _step_guess(self, fam: Family, n: Trial) -> tuple[float, str] | None:
+        """``n``'s step (ms) predicted from the time per micro-batch measured at its micro-batch
+        elsewhere (a probe, another effective batch), and where; None where none was."""
         seen = fam.per_micro.get(n.micro_batch)
         if not seen:
             return None
         per, where = min(seen)
-        guess = per * n.grad_accum
-        if guess * OPTIMISM > self._median(best) * (1 + RESOLUTION):
-            return (f"predicted {guess / 1000:.3g} s/step from {where}'s time per micro-batch, "
-                    f"{guess / self._median(best):.1f}x the best ({best.label(SHORT)})")
-        return None
+        return per * n.grad_accum, where
+
+    def _hopeless(self, fam: Family, n: Trial, best: Trial) -> str | None:
+        """Why ``n`` cannot beat ``best``: its predicted step, made faster by the predictions'
+        margin of error, still slower than ``best``'s measured median; or None."""
+        guess = self._step_guess(fam, n)
+        if guess is None:
+            return None
+        ms, where = guess
+        best_ms = self._median(best)
+        if self.errors.improved(ms) <= best_ms:
+            return None
+        return (f"predicted {ms / 1000:.3g} s/step from {where}'s time per micro-batch, "
+                f"{ms / best_ms:.2f}x the best ({best.label(SHORT)}); {self.errors.improved(ms) / best_ms:.2f}x "
+                f"even if {self.errors.margin():.1%} faster ({self.errors.said()})")
 
     def _mem_why(self, pred: float | None) -> str:
         if pred is None or self.limit is None:
@@ -345,6 +358,9 @@ class SearchPlanner(Planner):
         pred = fam.memory.predict(t.micro_batch)
         if pred is not None:
             self.predicted[t] = pred
+        guess = self._step_guess(fam, t)
+        if guess is not None:
+            self.errors.expect(t, *guess)
         self._run(t, why)
 
     def _finish(self, fam: Family, group: list[Trial], best: Trial | None) -> None:
@@ -376,9 +392,7 @@ class SearchPlanner(Planner):
         out = [f"search: {self.unbounded_why}"] if self.unbounded_why else []
         for fam in self.families.values():
             line = fam.memory.line()
-            tag = ""
-            if fam.settings:
-                tag = " (" + " ".join(f"{k}={v}" for k, v in fam.settings) + ")"
+            tag = " (" + " ".join(f"{k}={v}" for k, v in fam.settings) + ")" if fam.settings else ""
             if line is not None:
                 a, b = line
                 pts = ", ".join(f"{m}: {p:.2f}" for m, p in sorted(fam.memory.points.items()))
@@ -396,13 +410,16 @@ class SearchPlanner(Planner):
         ran = sum(1 for t in self.trials if any(r.status != "skipped" for r in self.outcome.get(t, [])))
         probes = sum(1 for f in self.families.values() for p in f.probes if p not in self.trials and p in self.outcome)
         out.append(f"search: ran {ran} of {len(self.trials)} trials" + (f" and {probes} memory probe(s)" if probes else ""))
+        skips = ("search: a split is skipped only where its step, predicted from the time per micro-batch measured "
+                 f"elsewhere and made faster by the predictions' margin, is still slower than the best measured; "
+                 f"{self.errors.said()}")
         if self.outcome:
-            return out
+            return out + [skips]
         first = ("the largest micro-batch (no memory bound: no probes)" if self.limit is None else
                  "memory probes, then the largest micro-batch not yet out of memory (--run-unfit)" if self.run_unfit
                  else "memory probes, then the largest micro-batch predicted to fit")
         return out[:1 if self.unbounded_why else 0] + [f"search: decided as it goes: {first}, then its neighbours "
-                                                        "among the divisors"]
+                                                        "among the divisors", skips]
 
 
 def probe_length(cfg) -> int | None:
@@ -416,9 +433,8 @@ def probe_length(cfg) -> int | None:
 
 
 def card_gib(cfg, free: bool = False) -> float | None:
-    """The first GPU's memory (GiB) where runs will train, from NVML (no CUDA in this process);
-    ``free``: what is free of it now. None on the CPU, or where NVML cannot say
-    (:func:`card_memory` says why)."""
+    """The first GPU's memory (GiB) where runs train, from NVML (no CUDA in this process); ``free``:
+    what is free of it now. None on the CPU, or where NVML cannot say (:func:`card_memory` says why)."""
     return card_memory(cfg, free)[0]
 
 
@@ -470,8 +486,10 @@ def make_planner(cfg, trials: list[Trial], short_runs: bool = True) -> Planner:
     ``short_runs``: whether the sweep can run a trial for fewer steps than ``--steps`` (not a
     user's script, whose steps are its own)."""
     search, line = wants_search(cfg, trials)
-    if search:
-        if line:
-            say(f"tracetui: {line}")
-        return make_search(cfg, trials, short_runs)
-    return GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)
+    if line:
+        say(f"tracetui: {line}")
+    planner = make_search(cfg, trials, short_runs) if search else GridPlanner(trials, cfg.repeats, cfg.until_confident is not None)
+    # the estimate's priors: a script's steps are its own; "auto" is the GPU where NVML finds one
+    device = cfg.device if cfg.device != "auto" else "cuda" if card_gib(cfg) else "cpu"
+    planner.pace = Pace(cfg.steps if short_runs else None, cfg.seq_len, device)
+    return planner

@@ -17,8 +17,8 @@ from .stats import MIN_INTERVAL_STEPS
 
 
 #: how to go on from a verdict held back for a busy machine (every place that line is shown)
-BUSY_WAY_ON = ("measure again on a quiet machine, or rerun with --allow-busy to give the verdict "
-               "marked as measured on a busy machine")
+BUSY_WAY_ON = ("rerun with --allow-busy for the verdict marked as measured on a busy machine, or measure "
+               "again on a quiet machine")
 
 
 def held_back(group: list[dict], allow_busy: bool = False) -> str | None:

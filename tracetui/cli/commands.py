@@ -38,8 +38,8 @@ from ..events.wire import SocketListener
 def _show_parser() -> Parser:
     p = Parser(prog="tracetui show", description=(
         "Replay saved event logs (from a sweep, a watch or a TraceCallback) into the final table "
-        "and CSV. Several logs are compared side by side, each log's runs apart, labelled by GPU and "
-        "file (CPU(a) 1x4), even where they come from the same machine."))
+        "and CSV. Several logs are compared side by side, each log's runs apart: labelled by GPU, and "
+        "by file where logs come from one machine (CPU(a) 1x4)."))
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
     add_output_args(p, answer=True)
     return p
@@ -95,19 +95,24 @@ def show_main(argv: list[str]) -> int:
 
 
 def read_logs(files: list[str]) -> ReadReport:
-    """The events of ``files``; with several, each run's start carries its file's short name
-    (``log``, :func:`log_names`), so that each log's runs stay apart in the table, the answer and
-    the exports, even where two logs come from the same machine."""
+    """The events of ``files``; where several come from one machine, each run's start there
+    carries its file's short name (``log``, :func:`log_names`), so that each log's runs stay
+    apart in the table, the answer and the exports (logs of different machines are told apart
+    by their machine already)."""
     report = ReadReport()
-    names = log_names(files) if len(files) > 1 else [""] * len(files)
-    seen: set[str] = set()
-    for path, name in zip(files, names):
+    per_file = []
+    for path in files:
         start = len(report.events)
         read_events([path], report)
-        mine = report.events[start:] if name else []
+        per_file.append(report.events[start:])
+    machines = [{(e.get("env") or {}).get("gpu_name") or "CPU" for e in mine if e["type"] == "run_started"}
+                for mine in per_file]
+    shared = {m for i, ms in enumerate(machines) for m in ms if any(m in o for o in machines[:i] + machines[i + 1:])}
+    seen: set[str] = set()
+    for mine, name in zip(per_file, log_names(files) if shared else []):
         ids = {e["run_id"] for e in mine if "run_id" in e}
         for e in mine:
-            if e["type"] == "run_started":
+            if e["type"] == "run_started" and ((e.get("env") or {}).get("gpu_name") or "CPU") in shared:
                 e["log"] = name
             if ids & seen and "run_id" in e:  # the same runs twice (a copied log): told apart by file
                 e["run_id"] = f"{name}:{e['run_id']}"

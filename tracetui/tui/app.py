@@ -77,10 +77,6 @@ class TraceApp(Quitting, TableFilter, App):
     BINDINGS = [
         Binding("q", "quit_app", "quit", key_display="q/^c", id="quit",
                 tooltip="quit (stops the workers; what was measured is written); ctrl+c does the same"),
-        # ctrl+c stops the sweep as q does, wherever the focus is (Textual's own ctrl+c only says
-        # "press ctrl+q", which would leave the sweep running behind a toast)
-        Binding("ctrl+c", "quit_app", "quit", show=False, priority=True, id="quit-ctrl-c",
-                tooltip="quit as q does"),
         Binding("e", "export", "export", tooltip="export the summary CSV now", id="export"),
         Binding("s", "screenshot", "svg", tooltip="save an SVG screenshot", id="screenshot"),
         Binding("r", "rerun", "rerun", tooltip="run the selected split again", id="rerun"),
@@ -176,7 +172,8 @@ class TraceApp(Quitting, TableFilter, App):
         yield Failures(id="failures")
         yield SummaryTable(id="summary")
         yield StatusLine(id="status")
-        yield Footer()
+        # (ctrl+p, the command palette, is on the help screen: the footer's room goes to the keys)
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self._terminal = terminal_fd(self.is_headless)

@@ -16,6 +16,11 @@ from .runs import LIVE_STATUSES
 from .stats import MIN_INTERVAL_STEPS
 
 
+#: how to go on from a verdict held back for a busy machine (every place that line is shown)
+BUSY_WAY_ON = ("rerun with --allow-busy for the verdict marked as measured on a busy machine, or measure "
+               "again on a quiet machine")
+
+
 def held_back(group: list[dict], allow_busy: bool = False) -> str | None:
     """Why no ranking may be claimed for a group of splits (one effective batch), or None.
     ``allow_busy``: a busy machine holds nothing back (:func:`busy_mark` says so instead)."""
@@ -27,7 +32,7 @@ def held_back(group: list[dict], allow_busy: bool = False) -> str | None:
                 f"{MIN_INTERVAL_STEPS} needed for an interval{stop})")
     busy = [r for r in group if r.get("busy")]
     if busy and not allow_busy:
-        return f"held back: the machine was busy ({busy[0]['busy']}); measure again on a quiet machine"
+        return f"held back: the machine was busy ({busy[0]['busy']}); {BUSY_WAY_ON}"
     changed = [r for r in group if r.get("env_changed")]
     if changed:
         return f"held back: {changed[0]['env_changed']}"
@@ -199,7 +204,10 @@ def _recommend(rows: list[dict], policy: Policy, speak: Callable[[dict], str] | 
             yield None, refused
             continue
         best = min(same, key=lambda r: r["step_ms_median"])
-        yield best, _recommendation(best, eb, group, ok, same, policy, speak)
+        text = _recommendation(best, eb, group, ok, same, policy, speak)
+        if len({k[0] for k in groups}) > 1:  # logs of several machines (or files): which one
+            text = text.replace(f"effective batch {eb}", f"effective batch {eb} on {_m}", 1)
+        yield best, text
 
 
 def _fits(r: dict) -> bool:

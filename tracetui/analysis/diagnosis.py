@@ -36,7 +36,8 @@ BOUNDS: dict[str, str] = {
     "compute-bound": f"CPU: forward time grows nearly in proportion with the rows (exponent over {COMPUTE_EXPONENT:g}): "
                      "arithmetic dominates, a larger micro-batch gains little per row (the measured "
                      "steps say how little)",
-    "undetermined": "one micro-batch size measured and no GPU samples: nothing to compare against",
+    "undetermined": "one micro-batch size measured and no GPU samples: nothing to compare against; or the machine "
+                    "was busy during the runs the bound would be read from, which bends their times",
 }
 
 
@@ -60,6 +61,9 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
     scaling = _forward_scaling(row, rows)
     if peak is not None and cap and peak / cap > MEMORY_SHARE:
         return "memory-limited", f"peak {peak:.1f} of {fmt_gib(cap)} GiB"
+    busy = _busy_among(row, rows)
+    if busy:
+        return "undetermined", f"the machine was busy ({busy})"
     if data_share > INPUT_SHARE:
         return "input-bound", f"data fetch {100 * data_share:.0f}% of the step"
     util = row.get("gpu_util_mean")
@@ -81,6 +85,36 @@ def diagnose(row: dict, rows: list[dict]) -> tuple[str, str]:
     return "undetermined", "no GPU samples and one micro-batch size: nothing to compare"
 
 
+def _busy_among(row: dict, rows: list[dict]) -> str:
+    """Why the runs a bound would be read from were measured on a busy machine (the trial's own,
+    and on the CPU its neighbours in micro-batch whose forward times the exponent is fitted to),
+    or "": other processes' load bends step times unevenly, so the label would contradict itself."""
+    if row.get("busy"):
+        return str(row["busy"])
+    if row.get("gpu_util_mean") is not None:
+        return ""
+    near, peers = _scaling_peers(row, rows)
+    for peer in near + peers[:1] if near else []:  # (the smallest micro-batch: the growth's base)
+        if peer.get("busy"):
+            return str(peer["busy"])
+    return ""
+
+
+def _scaling_peers(row: dict, rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The rows :func:`_forward_scaling` reads ``row``'s growth from: its neighbours in
+    micro-batch (the fit's points) and every peer (same machine and varied settings, smallest
+    micro-batch first); no neighbours with one size."""
+    varied = row.get("varied") or {}
+    peers = sorted((r for r in rows if r["machine"] == row["machine"] and (r.get("varied") or {}) == varied
+                    and (r.get("forward_ms_per_micro") or 0) > 0), key=lambda r: r["micro_batch"])
+    sizes = sorted({r["micro_batch"] for r in peers})
+    if len(sizes) < 2 or row["micro_batch"] not in sizes:
+        return [], peers
+    i = sizes.index(row["micro_batch"])
+    near = set(sizes[max(0, i - 1): i + 2])
+    return [r for r in peers if r["micro_batch"] in near], peers
+
+
 def _forward_scaling(row: dict, rows: list[dict]) -> tuple[float, float, float, int] | None:
     """How forward time per micro-batch grows with the micro-batch, as (exponent, growth from the
     smallest micro-batch, its ratio of rows, the smallest micro-batch), or None with one size.
@@ -88,16 +122,10 @@ def _forward_scaling(row: dict, rows: list[dict]) -> tuple[float, float, float, 
     Fitted in log-log over this trial and its neighbours (same machine and varied settings), so
     one noisy reading moves the exponent of three trials a little rather than one label across a
     threshold."""
-    varied = row.get("varied") or {}
-    peers = sorted((r for r in rows if r["machine"] == row["machine"] and (r.get("varied") or {}) == varied
-                    and (r.get("forward_ms_per_micro") or 0) > 0), key=lambda r: r["micro_batch"])
-    sizes = sorted({r["micro_batch"] for r in peers})
-    if len(sizes) < 2 or row["micro_batch"] not in sizes:
+    near, peers = _scaling_peers(row, rows)
+    if not near:
         return None
-    i = sizes.index(row["micro_batch"])
-    near = set(sizes[max(0, i - 1): i + 2])
-    pts = [(math.log(r["micro_batch"]), math.log(r["forward_ms_per_micro"])) for r in peers
-           if r["micro_batch"] in near]
+    pts = [(math.log(r["micro_batch"]), math.log(r["forward_ms_per_micro"])) for r in near]
     mx = sum(x for x, _ in pts) / len(pts)
     my = sum(y for _, y in pts) / len(pts)
     sxx = sum((x - mx) ** 2 for x, _ in pts)

@@ -61,7 +61,8 @@ class RunData:
         env = self.started.get("env")
         if not env:  # a trial the sweep never started: where the sweep's other runs ran
             return self.sweep_machines.get(self.run_id.split("/", 1)[0], "CPU")
-        return env.get("gpu_name") or "CPU"
+        gpu = env.get("gpu_name") or "CPU"  # (logs shown side by side: each file's runs apart, named by it)
+        return f"{gpu} ({self.started['log']})" if self.started.get("log") else gpu
 
     @property
     def split_status(self) -> str:

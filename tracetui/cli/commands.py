@@ -29,7 +29,7 @@ from ..session.output_paths import check_new, check_outputs, check_writable
 from ..session.parser import Parser, add_output_args
 from ..session.progress import progress_printer
 from ..session.signals import StopSignals
-from ..events.log import EventLog, read_events
+from ..events.log import EventLog, ReadReport, read_events
 from ..core.text import clean
 from ..events.sockpath import ListenerError, default_socket_path, socket_origin
 from ..events.wire import SocketListener
@@ -38,7 +38,8 @@ from ..events.wire import SocketListener
 def _show_parser() -> Parser:
     p = Parser(prog="tracetui show", description=(
         "Replay saved event logs (from a sweep, a watch or a TraceCallback) into the final table "
-        "and CSV. Logs from several machines are compared side by side, labelled by GPU."))
+        "and CSV. Several logs are compared side by side, each log's runs apart: labelled by GPU, and "
+        "by file where logs come from one machine (CPU(a) 1x4)."))
     p.add_argument("files", nargs="+", metavar="FILE.jsonl")
     add_output_args(p, answer=True)
     return p
@@ -79,7 +80,7 @@ def show_main(argv: list[str]) -> int:
             raise UsageError(f"show: {f} {why}; give the events.jsonl of a sweep, watch or callback")
     outputs = Outputs.from_args(ns, ns.files[0])
     _check_outputs(ns, outputs.summary if ns.export else None)
-    report = read_events(ns.files)
+    report = read_logs(ns.files)
     if report.skipped:
         say(f"tracetui: {report.summary()}")
     results = Results(budget=None).extend(report.events)  # (a log read whole: every step exported)
@@ -91,6 +92,48 @@ def show_main(argv: list[str]) -> int:
 
         return run_replay(report.events, ns, outputs, skipped=report.summary())
     return write_and_report(results, outputs, None)
+
+
+def read_logs(files: list[str]) -> ReadReport:
+    """The events of ``files``; where several come from one machine, each run's start there
+    carries its file's short name (``log``, :func:`log_names`), so that each log's runs stay
+    apart in the table, the answer and the exports (logs of different machines are told apart
+    by their machine already)."""
+    report = ReadReport()
+    per_file = []
+    for path in files:
+        start = len(report.events)
+        read_events([path], report)
+        per_file.append(report.events[start:])
+    machines = [{(e.get("env") or {}).get("gpu_name") or "CPU" for e in mine if e["type"] == "run_started"}
+                for mine in per_file]
+    shared = {m for i, ms in enumerate(machines) for m in ms if any(m in o for o in machines[:i] + machines[i + 1:])}
+    seen: set[str] = set()
+    for mine, name in zip(per_file, log_names(files) if shared else []):
+        ids = {e["run_id"] for e in mine if "run_id" in e}
+        for e in mine:
+            if e["type"] == "run_started" and ((e.get("env") or {}).get("gpu_name") or "CPU") in shared:
+                e["log"] = name
+            if ids & seen and "run_id" in e:  # the same runs twice (a copied log): told apart by file
+                e["run_id"] = f"{name}:{e['run_id']}"
+        seen |= ids
+    return report
+
+
+def log_names(files: list[str]) -> list[str]:
+    """Each log's short name: its file name without ``.jsonl``/``.gz``, with as many of its
+    folders as it takes to tell the files apart (``a/events`` and ``b/events``)."""
+    parts = [Path(f).parts for f in files]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            break
+    out = []
+    for n in names:
+        for suffix in (".gz", ".jsonl"):
+            n = n.removesuffix(suffix)
+        out.append(n)
+    return out
 
 
 def _watch_parser() -> Parser:

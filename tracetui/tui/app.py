@@ -29,6 +29,7 @@ from ..outputs.writer import Outputs, output_format
 from ..probe.settings import describe
 from ..core.text import clean
 from ..core.trial import Trial
+from .cpu import CpuMeter
 from .filtering import TableFilter
 from .help import HelpScreen
 from .quitting import Quitting
@@ -58,22 +59,6 @@ MAX_STALE_S = 2.0
 SHARED_CPU_CORES = 4
 
 
-class CpuMeter:
-    """This process's CPU use, in cores, over the last ``window`` seconds."""
-
-    def __init__(self, window: float = 2.0):
-        self.window = window
-        self.samples: list[tuple[float, float]] = [(time.monotonic(), time.process_time())]
-
-    def share(self) -> float:
-        now, cpu = time.monotonic(), time.process_time()
-        self.samples.append((now, cpu))
-        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
-            self.samples.pop(0)
-        t0, c0 = self.samples[0]
-        return (cpu - c0) / (now - t0) if now > t0 else 0.0
-
-
 #: the width (columns) below which the monitor packs for a narrow terminal
 NARROW_BELOW = 100
 
@@ -90,7 +75,8 @@ class TraceApp(Quitting, TableFilter, App):
     #: one word each in the footer, so that every key shows at 80 columns; the tooltip is what
     #: the help screen says
     BINDINGS = [
-        Binding("q", "quit_app", "quit", tooltip="quit (stops the workers; what was measured is written)", id="quit"),
+        Binding("q", "quit_app", "quit", key_display="q/^c", id="quit",
+                tooltip="quit (stops the workers; what was measured is written); ctrl+c does the same"),
         Binding("e", "export", "export", tooltip="export the summary CSV now", id="export"),
         Binding("s", "screenshot", "svg", tooltip="save an SVG screenshot", id="screenshot"),
         Binding("r", "rerun", "rerun", tooltip="run the selected split again", id="rerun"),
@@ -186,7 +172,8 @@ class TraceApp(Quitting, TableFilter, App):
         yield Failures(id="failures")
         yield SummaryTable(id="summary")
         yield StatusLine(id="status")
-        yield Footer()
+        # (ctrl+p, the command palette, is on the help screen: the footer's room goes to the keys)
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self._terminal = terminal_fd(self.is_headless)

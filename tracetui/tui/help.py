@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from ..analysis import BOUNDS
 from ..core.text import safe_text
+from .widgets import CLOCK
 
 
 class HelpScreen(ModalScreen):
@@ -37,12 +38,15 @@ class HelpScreen(ModalScreen):
                     "Arrows move the run list's cursor: the detail pane and the timeline show that trial. "
                     "Tab moves between the run list, the tabs, the pane under them (arrows scroll it) and "
                     "the table.\n"
+
                     "Tabs: Detail, Timeline, Phases, Steps (step time), Tok/s (throughput), GPU, Memory.\n\n")
         text.append("What bounds a trial", style="bold")
         text.append(" (the bound column)\n")
         for name, words in BOUNDS.items():
             text.append(f"  {name}", style="bold")
             text.append(f": {words}\n")
+        text.append(f"\nThe run list's status: {CLOCK}; a status too long for its cell ends in … (the failures "
+                    "panel and the detail pane have it whole).\n")
         text.append("\nescape closes this screen", style="dim")
         with VerticalScroll(id="help"):
             yield Static(safe_text(text))

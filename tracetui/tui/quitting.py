@@ -25,6 +25,11 @@ class Quitting:
             self.source.stop()
             self._write_and_exit()
 
+    def action_help_quit(self) -> None:
+        """ctrl+c (Textual's own binding, which only says "press ctrl+q" and leaves the sweep
+        running behind the toast): quit as ``q`` does, by the same path."""
+        self.action_quit_app()
+
     def panic(self, *renderables) -> None:
         """Textual's input thread ends the app through here when reading the terminal fails. A
         terminal that hung up (an SSH drop) fails every read with EIO, often before the shell's

@@ -16,7 +16,7 @@ from .charts import (GpuChart, GpuStatus, MemoryChart, MemoryPoints, PhaseChart,
                      memory_points, phase_bars, phase_legend)
 from .detail import DetailPane, start_words
 from .names import RunLabel, fit_run_labels, multi_machine, row_label, row_name, row_of, run_name, short_machine
-from .runlist import RunList, Stage, run_state
+from .runlist import CLOCK, RunList, Stage, run_state
 from .table import PRIORITY, SummaryTable, pick_columns
 from .timeline import Lane, Timeline, draw_bar, median_step, step_segments
 
@@ -25,5 +25,5 @@ __all__ = [
     "MemoryChart", "MemoryPoints", "Pane", "PhaseChart", "RunLabel", "RunList", "Stage", "StatusLine", "StepChart",
     "SummaryTable", "ThroughputChart", "Timeline", "Verdict", "cell", "clip_lines", "draw_bar", "fit_run_labels",
     "median_step", "memory_points", "multi_machine", "phase_bars", "phase_legend", "pick_columns", "row_label",
-    "row_name", "row_of", "run_name", "run_state", "short_machine", "start_words", "step_segments",
+    "CLOCK", "row_name", "row_of", "run_name", "run_state", "short_machine", "start_words", "step_segments",
 ]

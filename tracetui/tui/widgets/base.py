@@ -85,3 +85,20 @@ def cell(value) -> Text:
     ``[/]`` in a GPU name or a varied value crashed the monitor), and what it quotes from outside
     is cleaned (:mod:`tracetui.core.text`)."""
     return safe_text(value) if isinstance(value, Text) else plain(value)
+
+
+def cut_words(text: Text, width: int) -> Text:
+    """``text`` in ``width`` cells: whole if it fits, else cut at the last word boundary that
+    leaves room for an ellipsis (``oom: out of…``, never ``ok (bus``); its first word stays whole
+    (the status), the ellipsis after it where nothing more fits."""
+    if text.cell_len <= width:
+        return text
+    plain_text = text.plain
+    first = plain_text.split(" ", 1)[0]
+    room = max(width - 1, 1)
+    cut = plain_text.rfind(" ", 0, room + 1)
+    end = cut if cut >= len(first) else len(first)
+    out = text[:end].copy()
+    out.rstrip()
+    out.append("…")
+    return out

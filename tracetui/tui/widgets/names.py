@@ -12,8 +12,12 @@ from ...core.trial import Trial, format_value
 
 
 def short_machine(name: str | None) -> str:
-    """``NVIDIA H200`` -> ``H200``: enough to tell machines apart in a narrow column."""
+    """``NVIDIA H200`` -> ``H200``: enough to tell machines apart in a narrow column; a replay of
+    several logs keeps the log's name (``H200 (fixed_1a)`` -> ``H200(fixed_1a)``)."""
     name = name or "CPU"
+    if name.endswith(")") and " (" in name:
+        gpu, log = name[:-1].split(" (", 1)
+        return f"{short_machine(gpu)}({log[:16]})"
     for prefix in ("NVIDIA ", "GeForce ", "Tesla ", "AMD ", "Radeon "):
         if name.startswith(prefix):
             name = name[len(prefix):]

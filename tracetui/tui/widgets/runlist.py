@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...analysis import Results, RunData, median
+from ...analysis import Results, RunData
 from ...core.columns import STATUS_STYLE
 from ...events.schema import FAIL_KINDS
 from ...core.text import clean, plain
 from ...core.trial import Trial
-from .base import cell
+from .base import cell, cut_words
 from .names import RunLabel, fit_run_labels, multi_machine, run_label
 
 
@@ -22,18 +22,24 @@ def fmt_secs(s: float) -> str:
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
 
 
-def run_progress(run: RunData, total_steps: int | None) -> tuple[str, str]:
-    """``step n/N`` and the time left, from the median step so far."""
+#: the run list's one clock, said in the help: every time in a status cell counts up from the
+#: run's start (its process asked for), before its first step and after
+CLOCK = "the time in a run's status counts up from its start (steps done/all, then the run's age)"
+
+
+def run_progress(run: RunData, total_steps: int | None) -> str:
+    """``n/N``: the steps done of all."""
     done = max((s["step"] for s in run.steps if s.get("rank", 0) == 0), default=0)
     total = total_steps or (run.started.get("config") or {}).get("steps") or run.started.get("max_steps")
-    prog = f"{done}/{total}" if total else str(done)
-    left = "-"
-    if run.status in ("running", "warming up") and total and run.steps:
-        ms = median([s["wall_ms"] for s in run.steps[-10:]])
-        left = fmt_secs((total - done) * ms / 1000.0)
-    elif run.status == "ok":
-        left = "done"
-    return prog, left
+    return f"{done}/{total}" if total else str(done)
+
+
+def run_age(run: RunData, live: bool) -> float:
+    """Seconds since the run's start (the sweep asking for its process, else its start event):
+    now while it runs live, else at its last step."""
+    start = run.asked_at or run.started.get("t") or 0.0
+    end = time.time() if live else max((s.get("t") or 0.0 for s in run.steps), default=0.0)
+    return max(0.0, end - start) if start else 0.0
 
 
 @dataclass
@@ -48,7 +54,7 @@ class Stage:
 
 def run_state(run: RunData | None, stage: Stage | None, live: bool, now: float) -> Text:
     """What the run list says of a run, in its status's colour: its progress while it steps
-    (``5/20 1m``: steps done of all, time left), what it is doing before its first step
+    (``5/20 1m``: steps done of all, the run's age), what it is doing before its first step
     (``building the model 41s``), why it failed (``oom: out of memory ...``), else its status
     (``queued``, ``ok 20/20``)."""
     status = run.status if run is not None else "queued"
@@ -56,13 +62,13 @@ def run_state(run: RunData | None, stage: Stage | None, live: bool, now: float) 
     if run is not None and status in FAIL_KINDS:
         return Text(f"{status}: {run.message or 'no reason given'}", style="red")
     if run is not None and run.steps:
-        done, left = run_progress(run, None)
-        return Text(f"ok {done}" if status == "ok" else f"{done} {left}", style=style)
+        done = run_progress(run, None)
+        return Text(f"ok {done}" if status == "ok" else f"{done} {fmt_secs(run_age(run, live))}", style=style)
     if stage is not None and status in ("queued", "warming up"):
         secs = stage.elapsed_s + (now - stage.seen if live else 0.0)
         return Text(f"{stage.stage} {fmt_secs(secs)}", style="yellow")
     if run is not None and status == "warming up" and live:
-        return Text(f"to step 1 {fmt_secs(max(0.0, time.time() - run.started.get('t', time.time())))}",
+        return Text(f"to step 1 {fmt_secs(run_age(run, live))}",
                     style=style)
     return Text(status, style=style)
 
@@ -115,9 +121,9 @@ class RunList(DataTable):
         for (rid, _, state), name in zip(self.entries, names):
             if rid in self.rows:
                 self.update_cell(rid, "split", cell(name))
-                self.update_cell(rid, "status", cell(state))
+                self.update_cell(rid, "status", cell(cut_words(state, widths["status"])))
             else:
-                self.add_row(cell(name), cell(state), key=rid)
+                self.add_row(cell(name), cell(cut_words(state, widths["status"])), key=rid)
         self.refresh()
 
     def update_from(self, results: Results, planned: list[tuple[str, Trial]],

@@ -9,7 +9,7 @@ from textual.widgets import DataTable
 from ...core.columns import MONITOR, STATUS_STYLE, Cell, bound_text, table_context
 from ...core.phases import FIELDS
 from ...core.text import plain
-from .base import cell
+from .base import cell, cut_words
 from .names import row_name, short_machine
 
 
@@ -29,9 +29,7 @@ def _status_cell(row: dict, ctx: dict) -> Text:
         status = f"{status}: {row['message']}"
     elif row.get("busy"):
         status = f"{status} (busy)"
-    if len(status) > width:
-        status = status[: width - 1] + "…"
-    return Text(status, style=STATUS_STYLE.get(row["status"], ""))
+    return cut_words(Text(status, style=STATUS_STYLE.get(row["status"], "")), width)
 
 
 def _bound_cell(row: dict, ctx: dict) -> str:

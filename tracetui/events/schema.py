@@ -27,6 +27,8 @@ RUN_STARTED = "run_started"
 STEP = "step"
 GPU = "gpu"
 NOTICE = "notice"
+#: the level of a notice that says how long the sweep's runs left will take (after each run ends)
+ESTIMATE = "estimate"
 RUN_FINISHED = "run_finished"
 RUN_FAILED = "run_failed"
 #: what the trainer really runs with, read back once it is built (:mod:`tracetui.probe.settings`)

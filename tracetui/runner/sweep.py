@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..core import clock
 from ..core.config import SweepConfig
-from ..events.schema import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
+from ..events.schema import ESTIMATE, NOTICE, RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..core.knobs import KNOBS, SHORT
 from ..planning.plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult
 from ..planning.search import make_planner
@@ -64,6 +64,14 @@ class SweepBase:
     def start_line(self) -> str | None:
         """One line on how the runs start or share the device, where there is something to say."""
         return None
+
+    def estimate_line(self) -> str | None:
+        """How long the runs left will take, and how that was derived (the planner's estimate:
+        rough priors before any run finished, then what the finished runs measured); None where
+        it cannot say."""
+        with self._cond:
+            est = self.planner.estimate(list(self.results))
+        return est.line() if est.seconds is not None and est.runs else None
 
     def _setup(self, cfg: SweepConfig, trials: list[Trial], planner: Planner | None) -> None:
         self.cfg = cfg
@@ -269,6 +277,9 @@ class SweepBase:
             self.results.append(result)
             self.planner.record(result)
             self._cond.notify_all()
+        line = self.estimate_line()
+        if line:  # the estimate, better with each run that ends: said by the monitor and headless
+            self._emit(make(NOTICE, spec.run_id, level=ESTIMATE, message=line))
 
     def _track(self, event: dict) -> None:
         """Book-keeping on every event, before it is written: the ``same failure`` rule."""

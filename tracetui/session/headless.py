@@ -63,9 +63,9 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     sweep.on_event = on_event
     for w in sweep.warnings:
         say(f"tracetui: warning: {w}")
-    line = sweep.start_line()
-    if line:
-        say(f"tracetui: {line}")
+    for line in (sweep.start_line(), sweep.estimate_line()):
+        if line:
+            say(f"tracetui: {line}")
     planned = sweep.planned()
     say(f"tracetui: {f'{len(planned)} run(s)' if planned is not None else 'runs decided as it goes'} "
         f"({sweep.planner.name}); events -> {sweep.log.path}")

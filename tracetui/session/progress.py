@@ -7,7 +7,7 @@ from ..analysis import repeat_mark
 from ..core.knobs import SHORT
 from ..core.text import say
 from ..core.trial import Trial
-from ..events.schema import NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
+from ..events.schema import ESTIMATE, NOTICE, RUN_FAILED, RUN_FINISHED, RUN_STARTED, STEP
 
 
 def progress_printer(total_runs: int, steps: int):
@@ -55,5 +55,7 @@ def progress_printer(total_runs: int, steps: int):
             say(f"  {label}: {e['kind']}: {e['message']}")
         elif t == NOTICE and e.get("level") == "warning":
             say(f"  {label}: {e['message']}")
+        elif t == NOTICE and e.get("level") == ESTIMATE:
+            say(f"tracetui: {e['message']}")
 
     return on_event

@@ -27,6 +27,7 @@ from textual.widgets.data_table import CellDoesNotExist
 from ..analysis import Results, time_line, time_spent
 from ..outputs.writer import Outputs, output_format
 from ..probe.settings import describe
+from ..events.schema import ESTIMATE, NOTICE
 from ..core.text import clean
 from ..core.trial import Trial
 from .cpu import CpuMeter
@@ -211,6 +212,8 @@ class TraceApp(Quitting, TableFilter, App):
                 self._warn_shared_cpu(e.get("env") or {})
             if e["type"] in ("run_settings", "run_started"):
                 self._show_settings()
+            if e["type"] == NOTICE and e.get("level") == ESTIMATE:
+                self.say(str(e.get("message", "")))
             if e["type"] in ("run_started", "step") and run.status in ("warming up", "running"):
                 focused = self.results.runs.get(self._focus_run) if self._focus_run else None
                 # a run built early (a head start) waits: the panes stay on the one stepping
@@ -266,9 +269,9 @@ class TraceApp(Quitting, TableFilter, App):
         self.idle = "waiting for the first measured steps ..."
         for w in sweep.warnings:
             self.say(w, "warning")
-        line = sweep.start_line()
-        if line:
-            self.say(line)
+        for line in (sweep.start_line(), sweep.estimate_line()):
+            if line:
+                self.say(line)
         self._next_summary = 0.0
         self.redraw()
 

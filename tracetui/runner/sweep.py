@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..core import clock
+from ..core import clock, warmup
 from ..core.config import SweepConfig
 from ..events.schema import RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..core.knobs import KNOBS, SHORT
@@ -268,7 +268,7 @@ class SweepBase:
         planner's shorter run, where it asked for one)."""
         cfg = self.cfg.for_trial(spec.trial)
         if spec.steps is not None and spec.steps < cfg.steps:
-            cfg = replace(cfg, steps=spec.steps, warmup=min(cfg.warmup, spec.steps - 1))
+            cfg = replace(cfg, steps=spec.steps, warmup=warmup.shorter(cfg.warmup, spec.steps))
         return cfg.to_dict()
 
     def references(self, spec: RunSpec) -> list[tuple[float, float]]:
@@ -348,7 +348,7 @@ class Sweep(SweepBase):
         """One line on how the runs share the device: with head starts."""
         if not self.relay:
             return None
-        return (f"head starts: each next run starts during the one before's warm-up ({self.cfg.warmup} steps, "
+        return (f"head starts: each next run starts during the one before's warm-up ({warmup.words(self.cfg.warmup)}, "
                 "not measured) and waits, built, for its turn: no start beside a measured step "
                 "(--no-head-start: one after another)")
 
@@ -557,7 +557,7 @@ def relaying(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device
     for ruled_out, why in ((len(lanes) > 1 or len(cfg.gpu_list()) > 1, "runs go side by side on several GPUs"),
                            (cfg.world_size > 1, "torchrun starts its own ranks"),
                            (not cfg.probe, "--no-probe runs have no probe to keep the turns"),
-                           (cfg.warmup < 2, f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more "
+                           (warmup.fewest(cfg.warmup) < 2, f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more "
                                             "to start the next run in"),
                            (not isinstance(planner, GridPlanner), "the search decides each run from the ones before it")):
         if ruled_out:

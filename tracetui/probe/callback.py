@@ -80,17 +80,17 @@ class Probe(TrainerCallback):
 
     #: who stops training (:mod:`tracetui.probe.stops`): a stop this class's objects set is tracetui's own
     tracetui_probe = True
+    #: the run's warm-up, decided step by step (:class:`~tracetui.core.warmup.Rule`)
+    rule: Rule
+    #: the machine's picture taken at the step before the last (``auto``: where a step settles,
+    #: the measured steps begin with it)
+    _quiet_prev: dict | None = None
 
     def __init__(self, emit: Callable[[dict], None], run_id: str, warmup: int | str = 0,
                  rank: int = 0, stop_after: Callable[[list[float]], str | None] | None = None):
         self.emit = emit
         self.run_id = run_id
-        self.warmup = warmup
-        #: the run's warm-up, decided step by step (made again at ``on_train_begin``, with the run's steps)
-        self.rule = Rule(warmup)
-        #: the machine's picture taken at the step before the last (auto: where a step settles, the
-        #: measured steps begin with it)
-        self._quiet_prev: dict | None = None
+        self.warmup, self.rule = warmup, Rule(warmup)  # (the rule made again at on_train_begin, with the run's steps)
         self.rank = rank
         self.stop_after = stop_after
         self.stop_reason: str | None = None

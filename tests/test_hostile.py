@@ -441,7 +441,7 @@ def test_a_toml_value_nested_600_deep_is_one_line(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("env, needle", [
-    ({"TRACETUI_WARMUP": "abc"}, "TRACETUI_WARMUP: 'abc' is not a whole number"),
+    ({"TRACETUI_WARMUP": "abc"}, "TRACETUI_WARMUP: 'abc' is not auto or a whole number"),
     ({"TRACETUI_SOCKET": "/tmp/" + "s" * 200}, "TRACETUI_SOCKET: is 205 characters long, over the 107"),
     ({"TRACETUI_UNTIL_CONFIDENT": "5"}, "TRACETUI_UNTIL_CONFIDENT: '5' is not PCT:MIN_STEPS"),
 ])

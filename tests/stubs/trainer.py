@@ -31,7 +31,8 @@ def flag(name: str, default: int) -> int:
 
 def main() -> None:
     mb, ga = flag("--per_device_train_batch_size", 1), flag("--gradient_accumulation_steps", 1)
-    steps, warmup = flag("--max_steps", 12), int(os.environ.get("TRACETUI_WARMUP", "3"))
+    # a stub times no steps to decide a warm-up by: ``auto`` takes three
+    steps, warmup = flag("--max_steps", 12), int(os.environ.get("TRACETUI_WARMUP", "3").replace("auto", "3"))
     run_id = os.environ["TRACETUI_RUN_ID"]
     crash_at = int(os.environ.get("STUB_CRASH_AT", "0")) if run_id.endswith("/" + os.environ.get("STUB_CRASH_RUN", "-")) else 0
     sock = socket.socket(socket.AF_UNIX)

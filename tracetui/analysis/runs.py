@@ -30,6 +30,8 @@ class RunData:
     notices: list[str] = field(default_factory=list)
     measured_seen: int = 0
     warmup_seen: int = 0
+    #: how many warm-up steps the run took and why, as its probe decided (:mod:`tracetui.core.warmup`)
+    warmup_why: str = ""
     status: str = "queued"
     message: str = ""
     finished: dict = field(default_factory=dict)
@@ -94,6 +96,8 @@ class RunData:
             self.started = event
             self.status = "warming up"
         elif etype == STEP:
+            if event.get("warmup_why") and event.get("rank", 0) == 0:
+                self.warmup_why = f"{event.get('warmup_steps')} ({event['warmup_why']})"
             if event.get("warmup"):
                 self.warmup_seen += 1
             elif event.get("rank", 0) == 0 and event["wall_ms"] > 0:

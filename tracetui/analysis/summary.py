@@ -189,6 +189,7 @@ def _new_row(split: SplitStats, crowded: list[str], gone: list[RunData]) -> Row:
         split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
         status=status, runs=sum(1 for r in runs if r.status not in AGAIN_KINDS),
         steps_measured=sum(r.measured_count() for r in runs), warmup_steps=sum(r.warmup_seen for r in runs),
+        warmup_why="; ".join(r.warmup_why for r in runs if r.warmup_why) or None,
         message="; ".join([*crowded, *(r.message for r in runs if r.message)]),
         runs_failed=len(failed) or None, failed_kinds=failed,
     )

@@ -27,6 +27,7 @@ from .paths import data_file_problem, folder_problem
 from .presets import PRESETS
 from .text import clean
 from .trial import Trial
+from . import warmup
 
 
 def _num(x: float) -> str:
@@ -129,9 +130,9 @@ def validate(cfg: SweepConfig) -> list[Trial]:
 
 def _check_run(cfg: SweepConfig) -> None:
     """Steps, precision and device, together."""
-    if cfg.warmup >= cfg.steps:
+    if warmup.most(cfg.warmup, cfg.steps) >= cfg.steps:
         raise ConfigError("--warmup", f"{cfg.warmup} leaves no measured step out of --steps {cfg.steps}",
-                          "make --warmup smaller than --steps")
+                          "make --warmup smaller than --steps" if cfg.warmup != warmup.AUTO else "give --steps 2 or more")
     if cfg.precision not in PRECISIONS:
         raise ConfigError("--precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}",
                           "pick one of those")
@@ -150,7 +151,7 @@ def _check_modes(cfg: SweepConfig) -> None:
         if cfg.world_size > 1:
             raise ConfigError("--until-confident", "cannot stop data-parallel runs early (every rank would have to "
                               "agree on each step)", "drop it, or measure with --nproc-per-node 1")
-        if cfg.warmup + cfg.min_steps > cfg.steps:
+        if warmup.most(cfg.warmup, cfg.steps) + cfg.min_steps > cfg.steps:
             raise ConfigError("--min-steps", f"--warmup {cfg.warmup} + --min-steps {cfg.min_steps} exceeds --steps {cfg.steps}",
                               "raise --steps (the most steps a split may take) or lower --min-steps")
     if cfg.search and cfg.grid:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .config import ConfigError, SweepConfig, shown
 from .knobs import OFF_WORDS, ON_WORDS, fmt
+from .warmup import parse as parse_warmup
 
 
 def _int_list(name: str, value: Any) -> list[int]:
@@ -38,6 +39,8 @@ def _int_list(name: str, value: Any) -> list[int]:
 def _coerce(name: str, value: Any, kind: type) -> Any:
     flag = "--" + name.replace("_", "-")
     try:
+        if name == "warmup":
+            return parse_warmup(value)
         if kind is bool:
             if isinstance(value, bool):
                 return value
@@ -64,7 +67,8 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
             return value
     except (ValueError, TypeError, OverflowError):
         raise ConfigError(flag, f"{value!r} is not a valid {kind.__name__}",
-                          "give " + {int: "a whole number", float: "a number"}.get(kind, f"a {kind.__name__} value")) from None
+                          "give " + ("auto or a whole number" if name == "warmup" else
+                                     {int: "a whole number", float: "a number"}.get(kind, f"a {kind.__name__} value"))) from None
     return value
 
 

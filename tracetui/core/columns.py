@@ -212,6 +212,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("final_loss", "loss", cell=_loss), Column("loss_drift_pct", unit="%"), Column("loss_ok"),
     Column("steps_measured", "steps", cell=_steps),
     Column("runs", "runs", cell=_runs, help="fresh-process runs pooled, with the spread of their medians"),
+    Column("warmup_why", help="each run's warm-up steps and why they ended there (--warmup auto: once the step "
+                              "times settled, or the ceiling; a fixed --warmup N)"),
     Column("runs_failed", help="runs of the trial that failed (a failed run's steps are not pooled with the others')"),
     Column("train_runtime_s", unit="s"), Column("repeat_spread_pct", unit="%"),
     Column("stopped_early"), Column("stop_reason", help="why tracetui's stopping rule ended a run (--until-confident)"),

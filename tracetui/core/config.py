@@ -98,7 +98,10 @@ class SweepConfig:
     splits: str = setting("auto", "auto (every MICROxACCUM pair) or a list like 1x4,2x2,4x1", show_default=False)
     max_micro_batch: int | None = setting(None, "largest micro-batch that auto may choose", kind=int, low=1, high=65536)
     steps: int = setting(20, "optimizer steps per run", low=1, high=1_000_000)
-    warmup: int = setting(3, "steps measured but not counted", low=0, high=1_000_000, example="3")
+    #: ``auto`` or a count (:mod:`tracetui.core.warmup`)
+    warmup: int | str = setting("auto", "steps measured but not counted: auto (until the step times settle, at least "
+                                        "1, at most 10 and always leaving 6 measured) or a fixed count", kind=int,
+                                low=0, high=1_000_000, example="auto or 3")
     #: two fresh processes per split by default: a run's steps say nothing about how much runs
     #: of the same split differ between processes (docs/results/README.md), and the intervals
     #: and verdicts rest on the spread between runs (:func:`tracetui.analysis.between_run_spread`)

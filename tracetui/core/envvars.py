@@ -33,6 +33,7 @@ from typing import Any
 from .checks import out_of_range
 from .config import MAX_TEXT, ConfigError, shown
 from .text import clean
+from .warmup import parse as parse_warmup
 
 SOCKET = "TRACETUI_SOCKET"
 WARMUP = "TRACETUI_WARMUP"
@@ -75,7 +76,7 @@ class EnvVar:
 ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     # a UNIX socket's path holds at most 107 bytes (sun_path)
     EnvVar(SOCKET, "the socket `watch` listens on and TraceCallback sends to", max_len=107),
-    EnvVar(WARMUP, "TraceCallback's warm-up steps", "int", low=0, high=1_000_000),
+    EnvVar(WARMUP, "TraceCallback's warm-up steps: auto or a count", "warmup", low=0, high=1_000_000),
     # a misspelt one (forksever) would quietly start fresh interpreters
     EnvVar(START, "how trials start", "choice", choices=("forkserver", "spawn"),
            fix="unset it (the fork server, on Linux), or set spawn for fresh interpreters"),
@@ -115,7 +116,7 @@ def env_value(name: str, environ: Any = None) -> Any:
     raw = (os.environ if environ is None else environ).get(name)
     if not raw:
         return None
-    want = {"int": "a whole number", "float": "a number", "json": "JSON",
+    want = {"int": "a whole number", "warmup": "auto or a whole number", "float": "a number", "json": "JSON",
             "rule": "PCT:MIN_STEPS (e.g. 5:10)"}.get(var.kind, "text")
     fix = var.fix or ("unset it (tracetui sets it for the processes it starts)" if var.by_tracetui
                       else f"give {want} ({var.help}), or unset it")
@@ -134,6 +135,8 @@ def env_value(name: str, environ: Any = None) -> Any:
     try:
         if var.kind == "int":
             value: Any = int(raw.strip())
+        elif var.kind == "warmup":
+            value = parse_warmup(raw)
         elif var.kind == "float":
             value = float(raw.strip())
             if not math.isfinite(value):

@@ -56,6 +56,7 @@ from .plan import WAIT, Decision, GridPlanner, Planner, TrialResult
 from ..probe.gpu import physical_index
 from ..core.text import say
 from ..core.trial import Trial
+from ..core.warmup import fixed as fixed_warmup
 
 #: share of the memory bound a predicted peak may take (the recommendation's headroom)
 HEADROOM = MEMORY_SHARE
@@ -429,7 +430,7 @@ def probe_length(cfg) -> int | None:
     where the peak waits for the longest micro-batch."""
     if cfg.dataset != "synthetic":
         return None
-    return min(cfg.steps, cfg.warmup + PROBE_MEASURED)
+    return min(cfg.steps, fixed_warmup(cfg.warmup) + PROBE_MEASURED)
 
 
 def card_gib(cfg, free: bool = False) -> float | None:

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from transformers import TrainerCallback
 
 from ..core.phases import BETWEEN
+from ..core.warmup import Rule
 from ..events.schema import RUN_SETTINGS, make
 from . import quiet, turn
 from .batch import first_grad_tensor, queue_rows, queue_values, row_sums
@@ -69,7 +70,9 @@ class Probe(TrainerCallback):
     """Times each optimizer step and sends a :class:`StepRecord` event per step to ``emit``.
 
     ``emit`` receives plain event dicts; it must not block (the worker's sink queues them).
-    ``warmup``: steps whose records are flagged ``warmup`` (measured, shown, not counted).
+    ``warmup``: the steps whose records are flagged ``warmup`` (measured, shown, not counted): a
+    count, or ``auto`` (:mod:`tracetui.core.warmup`: until the step times settle, decided as each
+    step ends; the step that decides carries ``warmup_steps`` and ``warmup_why``).
     ``stop_after``: optional function of the list of measured step walls that ends training
     early (adaptive stopping) when it returns a reason (kept in ``stop_reason``); it sets
     ``control.should_training_stop``.
@@ -77,12 +80,17 @@ class Probe(TrainerCallback):
 
     #: who stops training (:mod:`tracetui.probe.stops`): a stop this class's objects set is tracetui's own
     tracetui_probe = True
+    #: the run's warm-up, decided step by step (:class:`~tracetui.core.warmup.Rule`)
+    rule: Rule
+    #: the machine's picture taken at the step before the last (``auto``: where a step settles,
+    #: the measured steps begin with it)
+    _quiet_prev: dict | None = None
 
-    def __init__(self, emit: Callable[[dict], None], run_id: str, warmup: int = 0,
+    def __init__(self, emit: Callable[[dict], None], run_id: str, warmup: int | str = 0,
                  rank: int = 0, stop_after: Callable[[list[float]], str | None] | None = None):
         self.emit = emit
         self.run_id = run_id
-        self.warmup = warmup
+        self.warmup, self.rule = warmup, Rule(warmup)  # (the rule made again at on_train_begin, with the run's steps)
         self.rank = rank
         self.stop_after = stop_after
         self.stop_reason: str | None = None
@@ -284,7 +292,8 @@ class Probe(TrainerCallback):
             self.emit(self.settings_event())
         if self.gate is not None:
             turn.begin(self)
-        if self.warmup == 0:
+        self.rule = Rule(self.warmup, getattr(state, "max_steps", None) or None)
+        if self.rule.count == 0:
             self._quiet_start = quiet.snapshot()  # before the first (measured) step's clock starts
 
     def device_footprint(self) -> float | None:
@@ -372,25 +381,29 @@ class Probe(TrainerCallback):
             return
         self._finish_learning()
         self._step += 1
-        due = turn.due(self.gate, self._step)
-        self._end_step(due)
+        self._end_step()
+        ended = self.rule.ended_at(self._step)
+        due = turn.due(self.gate, ended)
         self._resolve(block=False)
         self._apply_stop_rule(control)
-        waits = turn.waits_after(self.gate, self._step, control, state)
+        waits = turn.waits_after(self.gate, ended, control, state)
         if waits:
             turn.wait_turn(self)
-        if self._step == self.warmup and due:
+        if ended and due:
             self._quiet_start = quiet.snapshot()  # after the wait for the turn, before the clock restarts
         if waits:
             self.restart_clock()
 
-    def _end_step(self, turn_due: bool) -> None:
-        """Mark the step's end and hold it back, pending (:meth:`_resolve`), with what it trained on.
+    def _end_step(self) -> None:
+        """Mark the step's end, decide whether it is warm-up (:meth:`_decide`) and hold it back,
+        pending (:meth:`_resolve`), with what it trained on.
 
         The loss/token read-back is queued before the end mark, so the end event completing means
-        the copy has landed too. After the last warm-up step the machine's picture starts, inside a
-        step that is not counted (a /proc scan in a measured step would be charged to it); where the
-        run waits for its turn after this step (``turn_due``), after the wait instead."""
+        the copy has landed too. The machine's picture starts at the end of the last warm-up step,
+        inside it (a /proc scan in a measured step would be charged to it): a fixed warm-up's is
+        known beforehand; ``auto`` takes one in every step still undecided, and where a step
+        settles (measured), the picture starts at the one before it. Where the run waits for its
+        turn after its last warm-up step (head starts), after the wait instead."""
         torch = self._torch
         rows = queue_rows(torch, self._rows, self._shapes, self.cuda)
         values = queue_values(torch, self._losses, self._tokens, self.cuda)
@@ -399,14 +412,15 @@ class Probe(TrainerCallback):
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             peak = data_peak_gib()
-        if self._step == self.warmup and not turn_due:
-            self._quiet_start = quiet.snapshot()
+        if self.gate is None and self.rule.count is None and (self.rule.auto or self._step == self.rule.limit):
+            self._quiet_prev, self._quiet_start = self._quiet_start, quiet.snapshot()
         with self._lock:
             end = self.clock.mark("end")
             marks = [self._last_end] + self._marks + [end]
             self._marks = []
+        warm, why = self._decide(marks, peak)
         self._pending.append(dict(
-            step=self._step, marks=marks, values=values, peak=peak, samples=self._samples,
+            step=self._step, warmup=warm, why=why, marks=marks, values=values, peak=peak, samples=self._samples,
             padded=self._padded_tokens, has_loss=bool(self._losses), has_tokens=bool(self._tokens),
             rows=rows, shapes=self._shapes, t_end=time.time(), between=[],
         ))
@@ -414,6 +428,25 @@ class Probe(TrainerCallback):
         self._last_end = end
         self._losses, self._tokens, self._rows, self._shapes = [], [], [], []
         self._samples = self._padded_tokens = 0
+
+    def _decide(self, marks: list[Mark], peak: float | None) -> tuple[bool, str]:
+        """Whether the step that just ended (``marks``) is warm-up, and where this step ends the
+        warm-up, why (:class:`~tracetui.core.warmup.Rule`). ``auto`` reads the step's time now: on
+        CUDA it waits for the step's work to finish, in warm-up steps only (none is counted; once
+        decided, nothing waits)."""
+        rule = self.rule
+        if rule.count is not None:
+            return False, ""
+        wall = 0.0
+        if rule.auto:
+            self.clock.wait(marks[-1])
+            wall = self.clock.elapsed_ms(marks[0], marks[-1])
+        warm = rule.step(wall, peak, hold=self.gate is not None)
+        if rule.count is None:
+            return warm, ""
+        if rule.auto and not warm and self.gate is None:
+            self._quiet_start = self._quiet_prev  # this step is measured: the picture starts before it
+        return warm, rule.why
 
     def _apply_stop_rule(self, control: Any) -> None:
         """Adaptive stopping (``stop_after``): once it gives a reason, training stops."""
@@ -454,7 +487,7 @@ class Probe(TrainerCallback):
             self._pending.pop(0)
             if item is self._after:
                 self._after = None  # (the end of training: nothing more follows it)
-            record = step_record(item, self.clock, warmup=self.warmup, rank=self.rank, world=self.world,
+            record = step_record(item, self.clock, rank=self.rank, world=self.world,
                                  settings=self.settings, logged_loss=self._logged_loss)
             if not record.warmup:
                 self._measured_walls.append(record.wall_ms)

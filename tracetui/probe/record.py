@@ -23,10 +23,12 @@ PHASE_OF = {
 assert set(PHASE_OF.values()) == set(NAMES), "every phase is charged by some edge, and no other"
 
 
-def step_record(item: dict, clock: Any, *, warmup: int, rank: int, world: int, settings: dict,
+def step_record(item: dict, clock: Any, *, rank: int, world: int, settings: dict,
                 logged_loss: dict[int, float]) -> StepRecord:
     """The record of the pending step ``item`` (:meth:`tracetui.probe.callback.Probe.on_step_end`),
-    once its marks have completed; releases the marks no later step needs."""
+    once its marks have completed; releases the marks no later step needs. Whether it is warm-up
+    was decided as it ended (``item["warmup"]``); the step that ended the warm-up says how many
+    steps it took and why (``warmup_steps``, ``warmup_why``)."""
     marks: list[Mark] = item["marks"]
     phases = _phases(clock, marks)
     wall = clock.elapsed_ms(marks[0], marks[-1])
@@ -37,6 +39,9 @@ def step_record(item: dict, clock: Any, *, warmup: int, rank: int, world: int, s
     # the last mark is the next step's start: kept (the step's end, or the last work after it)
     clock.release(marks[:-1] + [a for _, a, _ in item["between"]])
     extra: dict[str, Any] = {"t_end": item["t_end"]}
+    if item.get("why"):
+        extra["warmup_steps"] = item["step"] if item["warmup"] else item["step"] - 1
+        extra["warmup_why"] = item["why"]
     if between:
         extra["between_ms"] = between
     if item["shapes"]:
@@ -51,7 +56,7 @@ def step_record(item: dict, clock: Any, *, warmup: int, rank: int, world: int, s
     counted = sum(sum(v) if isinstance(v, list) else v for name, v in phases.items() if name != "other")
     phases["other"] = max(0.0, wall - counted)
     return StepRecord(
-        step=item["step"], warmup=item["step"] <= warmup, wall_ms=wall, host_ms=host_ms,
+        step=item["step"], warmup=item["warmup"], wall_ms=wall, host_ms=host_ms,
         phases=phases, loss=loss, tokens=tokens,
         samples=item["samples"] or None, peak_mem_gib=item["peak"], rank=rank,
         extra=extra,

@@ -34,15 +34,17 @@ def wait_turn(probe: Any) -> None:
         probe.stop_after.references = [tuple(r) for r in sent]
 
 
-def due(gate: Any, step: int) -> bool:
-    """Whether the gate (None: no head starts) has the run give the turn back after ``step``."""
-    return gate is not None and gate.due(step)
+def due(gate: Any, last_warmup: bool) -> bool:
+    """Whether the run gives the turn back after the step that just ended: with a gate (None: no
+    head starts), after its last warm-up step (``last_warmup``: the probe's warm-up rule decides
+    it as the step ends, :class:`tracetui.core.warmup.Rule`)."""
+    return gate is not None and last_warmup
 
 
-def waits_after(gate: Any, step: int, control: Any, state: Any) -> bool:
-    """Whether the run waits for its turn after ``step``: where the gate says so and training
-    goes on (no wait after the last step, or once training is told to stop)."""
-    return due(gate, step) and not control.should_training_stop and state.global_step < state.max_steps
+def waits_after(gate: Any, last_warmup: bool, control: Any, state: Any) -> bool:
+    """Whether the run waits for its turn after the step that just ended: where it gives the turn
+    back and training goes on (no wait after the last step, or once training is told to stop)."""
+    return due(gate, last_warmup) and not control.should_training_stop and state.global_step < state.max_steps
 
 
 def end(gate: Any) -> None:

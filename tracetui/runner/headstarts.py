@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from ..core import warmup
 from ..core.config import SweepConfig
 from ..core.knobs import KNOBS
 from ..planning.plan import GridPlanner, Planner
@@ -37,7 +38,7 @@ def head_starts_apply(cfg: SweepConfig, planner: Planner, lanes: list[int | None
     for ruled_out, why in ((len(lanes) > 1 or len(cfg.gpu_list()) > 1, "runs go side by side on several GPUs"),
                            (cfg.world_size > 1, "torchrun starts its own ranks"),
                            (not cfg.probe, "--no-probe runs have no probe to keep the turns"),
-                           (cfg.warmup < 2, f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more "
+                           (warmup.fewest(cfg.warmup) < 2, f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more "
                                             "to start the next run in"),
                            (not isinstance(planner, GridPlanner), "the search decides each run from the ones before it")):
         if ruled_out:

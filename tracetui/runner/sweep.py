@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..core import clock
+from ..core import clock, warmup
 from ..core.config import SweepConfig
 from ..events.schema import ESTIMATE, NOTICE, RUN_FAILED, RUN_STARTED, STEP, SWEEP, make
 from ..core.knobs import KNOBS, SHORT
@@ -298,7 +298,7 @@ class SweepBase:
         planner's shorter run, where it asked for one)."""
         cfg = self.cfg.for_trial(spec.trial)
         if spec.steps is not None and spec.steps < cfg.steps:
-            cfg = replace(cfg, steps=spec.steps, warmup=min(cfg.warmup, spec.steps - 1))
+            cfg = replace(cfg, steps=spec.steps, warmup=warmup.shorter(cfg.warmup, spec.steps))
         return cfg.to_dict()
 
     def references(self, spec: RunSpec) -> list[tuple[float, float]]:
@@ -361,7 +361,7 @@ class Sweep(SweepBase):
         """One line on how the runs share the device: with head starts."""
         if not self.head_starts:
             return None
-        return (f"head starts: each next run starts during the one before's warm-up ({self.cfg.warmup} steps, "
+        return (f"head starts: each next run starts during the one before's warm-up ({warmup.words(self.cfg.warmup)}, "
                 "not measured) and waits, built, for its turn: no start beside a measured step "
                 "(--no-head-start: one after another)")
 

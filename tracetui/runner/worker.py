@@ -13,7 +13,7 @@ import traceback
 from typing import Any
 
 from ..analysis import StopRule
-from ..core import envvars
+from ..core import envvars, warmup
 from ..core.config import KNOB_DEFAULTS, SweepConfig, dataset_kind
 from ..core.foreign import run_multiprocessing_finalizers
 from ..core.knobs import KNOBS, SHORT, model_args, sft_args
@@ -387,7 +387,7 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
     probe = Probe(emit, run_id, warmup=cfg.warmup, stop_after=stop) if cfg.probe else None
     if probe is not None:
         probe.between_schedule = False  # tracetui's own trainer: when it logs is no one's real run
-    extra = [] if probe is not None else [_unprobed_steps(emit, run_id, cfg.warmup)]
+    extra = [] if probe is not None else [_unprobed_steps(emit, run_id, warmup.fixed(cfg.warmup))]
     if probe is not None and spec.get("turn") is not None:
         said = []
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..core import envvars
 from ..core.nvml import NvmlUnavailable
+from ..core.nvml import errors as nvml_errors
 from ..core.nvml import device as nvml_device
 from ..events.schema import NOTICE, GpuSample, make
 from .quiet import measuring_root
@@ -95,10 +96,12 @@ def read_sample(nvml: Any, handle: Any, gpu_index: int, census: bool = False) ->
     util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
 
+    unsupported = nvml_errors()
+
     def optional(fn: Callable[[], float]) -> float | None:
         try:
             return fn()
-        except Exception:  # noqa: BLE001 - a counter this GPU does not support
+        except unsupported:  # a counter this GPU does not support (NVML's NotSupported, NoPermission)
             return None
 
     others = optional(lambda: other_processes(nvml, handle)) if census else None

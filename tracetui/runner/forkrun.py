@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..core import envvars
 from ..core.foreign import reset_accelerate_state, run_exit_functions
+from . import startup
 from .lifetime import release_server, set_parent_death_signal
 from .threads import Inherited
 
@@ -56,6 +57,8 @@ def run(payload: dict) -> None:
     code = 1
     try:
         own_output(payload["log_path"], payload.get("output_fd"))
+        for said in startup.PROBLEMS:  # (into the run's log)
+            print(f"tracetui: {said}", file=sys.stderr)
         os.chdir(payload["cwd"])
         inherited = Inherited.now()  # (the server's environment, and torch's threads from it)
         os.environ.clear()

@@ -333,3 +333,16 @@ def release_server() -> None:
             os.close(fd)
         except OSError:
             pass
+
+
+def ensure_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, while ``sys.stderr`` is the real one.
+
+    Textual replaces ``sys.stderr``; a tracker started later would be handed its bad file
+    descriptor ("bad value(s) in fds_to_keep")."""
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    except (ImportError, OSError):  # platforms without one need nothing
+        pass

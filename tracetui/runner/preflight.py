@@ -321,7 +321,9 @@ def check_lora_targets(cfg: SweepConfig, model_config: Any) -> None:
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(model_config)
-    except Exception:  # noqa: BLE001 - a model the check cannot build is left to the run to judge
+    except Exception as exc:  # noqa: BLE001 - said on stderr: the targets are then left to the run to judge
+        say(f"tracetui: --lora-targets not checked before the runs: the model's skeleton could not be built "
+            f"({type(exc).__name__}: {str(exc)[:200]}); a target that names no layer fails in each run")
         return
     names = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     tails = sorted({n.rsplit(".", 1)[-1] for n in names})

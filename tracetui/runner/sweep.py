@@ -31,7 +31,7 @@ from ..core.trial import Trial
 from . import worker
 from .executor import executor
 from .runlog import make_log
-from .lifetime import trial_context
+from .lifetime import trial_context, ensure_resource_tracker
 from .preflight import device_kind, gpu_model_warnings
 from .supervise import Child, supervise
 from .headstarts import LANES_PER_DEVICE, HeadStarts, head_starts_apply
@@ -308,19 +308,6 @@ class SweepBase:
 
 def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
-
-
-def ensure_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker now, while ``sys.stderr`` is the real one.
-
-    Textual replaces ``sys.stderr``; a tracker started later would be handed its bad file
-    descriptor ("bad value(s) in fds_to_keep")."""
-    try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
-    except (ImportError, OSError):  # platforms without one need nothing
-        pass
 
 
 class Sweep(SweepBase):

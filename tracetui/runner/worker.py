@@ -32,6 +32,7 @@ from ..probe import quiet
 from ..probe.environment import environment
 from ..probe.gpu import GpuSampler
 from ..probe.settings import read_back
+from . import startup
 from .lifetime import release_server, set_parent_death_signal
 from .preflight import device_kind
 from .runlog import worker_output
@@ -205,8 +206,8 @@ def run(spec: dict, mp_queue: Any) -> None:
 
     sink = QueueSink(mp_queue)
     run_id = spec["run_id"]
-    if lost_log:
-        sink.emit(make("notice", run_id, level="warning", message=lost_log))
+    for said in ([lost_log] if lost_log else []) + startup.PROBLEMS:  # (PROBLEMS: empty unless forked)
+        sink.emit(make("notice", run_id, level="warning", message=said))
     cfg = SweepConfig(**spec["config"])
     trial = Trial.from_fields(spec["trial"])
     mb, ga = trial.micro_batch, trial.grad_accum

@@ -11,5 +11,5 @@ from ..lifetime import LIBRARIES
 for _name in LIBRARIES:
     try:
         __import__(_name)
-    except Exception:  # noqa: BLE001 - see above
+    except Exception:  # noqa: BLE001 - imported again by optional.restore, which notes a failure (startup.PROBLEMS)
         pass

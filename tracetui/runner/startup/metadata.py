@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 
+from . import note
+
 #: the standard function (what runs where the helper cannot answer)
 _standard = _metadata.packages_distributions
 _SCRIPT = ("import importlib.metadata as m, json, sys; sys.path[:] = json.loads(sys.argv[1]); "
@@ -38,8 +40,9 @@ def _ask() -> None:
         table = json.loads(out)
         if isinstance(table, dict):
             _result = {str(k): [str(d) for d in v] for k, v in table.items()}
-    except Exception:  # noqa: BLE001 - no helper: the standard function runs instead
+    except Exception as exc:  # noqa: BLE001 - noted (startup.PROBLEMS, said in each trial); the standard function runs
         _result = None
+        note("reading the installed packages in a helper process", exc)
     finally:
         _done.set()
 

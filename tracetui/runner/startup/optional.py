@@ -26,6 +26,7 @@ import os
 import sys
 
 from ...core import envvars
+from . import note
 
 #: packages transformers imports for features no LoRA fine-tune of a causal LM uses
 HIDDEN = ("sklearn", "scipy", "torchvision", "torchaudio")
@@ -58,8 +59,8 @@ def restore(libraries: list[str]) -> list[str]:
         try:
             __import__(name)
             again.append(name)
-        except Exception:  # noqa: BLE001 - as the fork server's own preload: the trial imports it
-            pass
+        except Exception as exc:  # noqa: BLE001 - noted (startup.PROBLEMS, said in each trial); the trial imports it
+            note(f"importing {name}", exc)
     return again
 
 

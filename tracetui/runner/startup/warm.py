@@ -7,6 +7,8 @@ patterns) the first time a process loads a model or PEFT wraps one, and keeps it
 process. Built here, every forked trial finds it built, and its trainer is built without
 that cost in its start."""
 
+from . import note
+
 try:
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 except ImportError:  # a transformers without that table: nothing to build
@@ -15,8 +17,8 @@ except ImportError:  # a transformers without that table: nothing to build
 if get_checkpoint_conversion_mapping is not None:
     try:
         get_checkpoint_conversion_mapping("llama")
-    except Exception:  # noqa: BLE001 - a warm-up that fails leaves the trial to build it, as before
-        pass
+    except Exception as exc:  # noqa: BLE001 - noted (startup.PROBLEMS, said in each trial); each trial builds it
+        note("building transformers' checkpoint-conversion table", exc)
 
 from . import metadata  # noqa: E402 - its helper has answered by now, or is waited for here
 

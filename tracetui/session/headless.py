@@ -5,6 +5,7 @@ said and the exit status for it.
 from __future__ import annotations
 
 from ..analysis import LIVE_STATUSES, Results, time_line, time_spent
+from ..analysis.timing import mark_exit
 from ..core.config import SweepConfig
 from ..core.text import say
 from ..outputs.writer import Outputs
@@ -69,17 +70,20 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     planned = sweep.planned()
     say(f"tracetui: {f'{len(planned)} run(s)' if planned is not None else 'runs decided as it goes'} "
         f"({sweep.planner.name}); events -> {sweep.log.path}")
+    # (asked for before the runs: what --emit-config needs is read while they train)
+    outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
+    outputs.own_sweep = getattr(sweep, "sweep_id", None)
     if signals.signum:  # came while the sweep was being set up
         sweep.stop()
     try:
         sweep.run()
     finally:
         sweep.close()
-    outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
     done = outputs.write(results, log_path=str(sweep.log.path))
     rows, err = done.rows, bool(done.errors)
     report(done)
-    line = sweep_time_line(results, getattr(sweep, "sweep_id", None))
+    mark_exit(results, outputs.own_sweep)  # (what is left: this line and the process's exit)
+    line = sweep_time_line(results, outputs.own_sweep)
     if line:
         say(f"tracetui: {line}")
     if sweep.log.incomplete:

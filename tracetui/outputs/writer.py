@@ -23,6 +23,7 @@ from ..analysis.between import closing_notes
 from ..analysis.timing import mark_exit
 from .emit import prepare, script_changes, script_file, shown_path, winning_line, write_config
 from .export import FORMATS, Summary, format_of_path, steps_csv
+from ..core import clock
 from ..core.paths import OutputRefused, output_file_problem, write_whole
 from ..launch.dialects import launcher_for
 from ..core.trial import Trial
@@ -126,6 +127,8 @@ class Outputs:
         #: the sweep this process ran, whose account runs to its outputs (:func:`mark_exit`); None
         #: for a log read back (``show``, ``watch``), whose account is the sweep's own
         self.own_sweep: str | None = None
+        #: the command that ran a built-in sweep (``tracetui ARGS``), where this process is it
+        self.sweep_command = clock.command_line() if cfg is not None and not self.cmd else None
         self._own: set[str] = set()
 
     @classmethod
@@ -214,8 +217,9 @@ class Outputs:
                                 "allow_busy": self.policy.allow_busy}}
         if answer.best and self.cmd:  # the command, or a config-file trainer's keys
             out.update(launcher_for(self.cmd).handoff(self.cmd, Trial.from_fields(answer.best[0])))
-        if self.emit_config:
-            out["emitted_config"] = self.emit_config if answer.best else None
+        else:  # a built-in sweep: the command that runs it again (None: not known here, or no answer)
+            out["command"] = None if self.cmd else self.sweep_command
+        out["emitted_config"] = self.emit_config if self.emit_config and answer.best else None
         found = script_changes(answer.best[0], self.cmd)[0] if answer.best else None
         if found is not None:  # where the script sets what it does not take from its command line
             out["script_changes"] = [{"field": c.field, "value": c.value, "how": c.kind, "file": c.file,

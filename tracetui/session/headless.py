@@ -5,9 +5,10 @@ said and the exit status for it.
 from __future__ import annotations
 
 from ..analysis import LIVE_STATUSES, Results, time_line, time_spent
-from ..analysis.timing import mark_exit
 from ..core.config import SweepConfig
 from ..core.text import say
+from ..events.log import EventLog
+from ..events.schema import SWEEP, make
 from ..outputs.writer import Outputs
 from ..runner.sweep import Sweep
 from .exits import EXIT_USAGE, exit_status
@@ -82,7 +83,7 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     done = outputs.write(results, log_path=str(sweep.log.path))
     rows, err = done.rows, bool(done.errors)
     report(done)
-    mark_exit(results, outputs.own_sweep)  # (what is left: this line and the process's exit)
+    log_exit(results, outputs.own_sweep, sweep.log.path)
     line = sweep_time_line(results, outputs.own_sweep)
     if line:
         say(f"tracetui: {line}")
@@ -102,6 +103,24 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         say(f"tracetui: error: {no_split_finished(results)}")
     return exit_status(rows, signum=signals.signum, interrupted=sweep.interrupted,
                        incomplete=sweep.log.incomplete, write_error=bool(err))
+
+
+def log_exit(results, sweep_id: str | None, path) -> None:
+    """Append to the sweep's log the end its account ran to (the outputs written, marked by
+    :meth:`tracetui.outputs.writer.Outputs.write`), so that a replay gives the same account."""
+    at = results.sweep_times.get(sweep_id, {}).get("exit")
+    if at is None:
+        return
+    try:
+        log = EventLog(path)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    else:
+        why = None if log.append(make(SWEEP, sweep_id, times={"exit": at})) else log.error
+        log.close()
+    if why:
+        say(f"tracetui: warning: the command's end is not in {path}, so a replay's time account ends with "
+            f"the sweep ({why})")
 
 
 def sweep_time_line(results, sweep_id: str | None) -> str:

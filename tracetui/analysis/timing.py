@@ -55,8 +55,9 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     got: dict[str, Any] = {"sweep": sid, "command_s": round(last - start, 2) if start and last else None,
                            "steps_s": round(sum(w for *_, w, _, _ in spans), 2),
                            "warmup_steps_s": round(sum(w for *_, w, warm, _ in spans if warm), 2),
-                           "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked"),
-                           "outputs_s": secs("ended", "exit")}
+                           "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
+    if "exit" in marks:  # (a log of an earlier release, or read from Python, has no exit mark)
+        got["outputs_s"] = secs("ended", "exit")
     if not spans:
         return got
     got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tracetui.analysis import Policy, Results, recommendation, summarise, verdict
-from tracetui.outputs.writer import Outputs
+from tracetui.outputs.writer import Answer, Outputs
 from tracetui.events.log import read_events
 from tracetui.tui.app import TraceApp
 from tracetui.tui.sources import ReplaySource
@@ -330,3 +330,22 @@ def test_the_monitor_opens_before_the_checks_and_a_refusal_closes_it_with_one_li
     assert proc.returncode == 2, text[-2000:]
     assert "tracetui: error: --lora-targets: 'nosuch_proj' names no linear layer" in text
     assert not list((tmp_path / "runs").glob("*/events.jsonl"))  # nothing ran
+
+
+def test_a_builtin_sweeps_json_names_its_command_and_emitted_config(tmp_path, monkeypatch):
+    """The JSON of a built-in sweep holds ``command`` (``tracetui ARGS``: the command that runs
+    the sweep again, where this process is it) and ``emitted_config`` (the file, or null), as a
+    script sweep's does; a log read back knows no command of its sweep."""
+    from tracetui.core import clock
+    from tracetui.core.config import SweepConfig
+
+    monkeypatch.setattr(clock, "argv", ["--splits", "1x2,2x1", "-o", "out path.json"])
+    answer = Answer("", "", "", ({"trial": "2x1", "split": "2x1", "micro_batch": 2, "grad_accum": 1},), Policy())
+    data = Outputs("-", cfg=SweepConfig(), emit_config=str(tmp_path / "best.yaml")).handoff_data(answer)
+    assert data["command"] == "tracetui --splits 1x2,2x1 -o 'out path.json'"
+    assert data["emitted_config"] == str(tmp_path / "best.yaml")
+    data = Outputs("-", cfg=SweepConfig()).handoff_data(Answer("", "", "", (), Policy()))
+    assert data["command"] == "tracetui --splits 1x2,2x1 -o 'out path.json'" and data["emitted_config"] is None
+    assert Outputs("-").handoff_data(answer)["command"] is None  # show: no sweep command
+    monkeypatch.setattr(clock, "argv", None)  # called from Python: no command line to give
+    assert Outputs("-", cfg=SweepConfig()).handoff_data(answer)["command"] is None

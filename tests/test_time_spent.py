@@ -23,6 +23,7 @@ from .conftest import CPU_TINY, outcome, pilot_until, run_cli, run_main, scenari
 
 def _adds_up(spent: dict) -> bool:
     outside = sum(spent[k] for k in ("before_first_step_s", "between_runs_s", "within_runs_s", "after_last_step_s"))
+    outside += spent.get("outputs_s") or 0.0  # (a command's own sweep: its outputs, to its end)
     parts = [spent[k] for k in ("libraries_s", "checks_s") if spent.get(k) is not None] + [spent["first_run_start_s"]]
     return (outside + spent["stepping_s"] == pytest.approx(spent["command_s"], abs=0.06)
             and 0 < sum(parts) <= spent["before_first_step_s"] + 0.02)  # (each rounded to 0.01 s)
@@ -66,6 +67,11 @@ def test_a_sweeps_time_adds_up_from_its_start_to_its_end(scenario_results):
     assert 0 < spent["first_run_start_s"] < spent["before_first_step_s"]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("tracetui: time: "))
     assert line.startswith(f"tracetui: time: {spent['command_s']:.1f} s, ") and "before the first step" in line
+    # the account runs past the sweep's end to the outputs written; the JSON names the command
+    # that runs the sweep again, and the config it emitted (none asked for)
+    data = json.loads(out.read_text())
+    assert 0 <= spent["outputs_s"] < 5 and data["emitted_config"] is None
+    assert data["command"].startswith("tracetui --splits 1x2,2x1 --effective-batch 2 ") and str(out) in data["command"]
 
 
 @pytest.mark.slow

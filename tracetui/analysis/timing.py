@@ -1,8 +1,9 @@
-"""The time account: where each sweep's time went, from the command's start to its end (its
-steps against what lay before, between and after them)."""
+"""The time account: where each sweep's time went, from the command's start to its exit (its
+steps against what lay before, between and after them, and the outputs written after it)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .runs import Results, RunData
@@ -14,7 +15,10 @@ def time_spent(results: Results) -> list[dict]:
     covered, the same where one run steps at a time) against what lay before its first step (of
     which the fork server's library imports, the checks, the first run's start), between its
     runs, between the steps of one run, and after its last step. Those parts and
-    ``stepping_s`` add up to ``command_s``. Steps after the sweep's end (a run the monitor's
+    ``stepping_s`` add up to ``command_s``. Where the command that ran the sweep marked its exit
+    (:func:`mark_exit`: the process's end, after the summary, the config and the closing lines),
+    the account runs to it, and ``outputs_s`` is what lay after the sweep's end; else it ends
+    with the sweep (a log read later). Steps after the sweep's end (a run the monitor's
     ``r`` made again) are not the sweep's. One dict per sweep that said when it ran (``sweep``
     events), in its order; seconds."""
     out = []
@@ -22,6 +26,13 @@ def time_spent(results: Results) -> list[dict]:
         runs = [r for r in results.runs.values() if r.run_id.split("/", 1)[0] == sid]
         out.append(_time_spent(sid, marks, runs))
     return out
+
+
+def mark_exit(results: Results, sweep_id: str | None) -> None:
+    """Sweep ``sweep_id``'s command ends now: its account runs to here (:func:`time_spent`). Said
+    by the command that ran the sweep, in its own process, once its outputs are written."""
+    if sweep_id in results.sweep_times:
+        results.sweep_times[sweep_id]["exit"] = time.time()
 
 
 def step_span(s: dict) -> tuple[float, float]:
@@ -32,6 +43,7 @@ def step_span(s: dict) -> tuple[float, float]:
 
 def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     end = marks.get("ended")
+    last = marks.get("exit") or end
     spans = sorted((b, e, s["wall_ms"] / 1000.0, bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps
                    if s.get("rank", 0) == 0 for b, e in (step_span(s),) if end is None or e <= end + 0.5)
     # (a sweep started from Python, not by the command: from the earliest of its marks)
@@ -40,10 +52,12 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     def secs(a: str, b: str) -> float | None:
         return round(marks[b] - marks[a], 2) if a in marks and b in marks else None
 
-    got: dict[str, Any] = {"sweep": sid, "command_s": round(end - start, 2) if start and end else None,
+    got: dict[str, Any] = {"sweep": sid, "command_s": round(last - start, 2) if start and last else None,
                            "steps_s": round(sum(w for *_, w, _, _ in spans), 2),
                            "warmup_steps_s": round(sum(w for *_, w, warm, _ in spans if warm), 2),
                            "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
+    if "exit" in marks:  # (a log of an earlier release, or read from Python, has no exit mark)
+        got["outputs_s"] = secs("ended", "exit")
     if not spans:
         return got
     got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None
@@ -88,7 +102,7 @@ def time_line(spent: dict) -> str:
             if spent.get(key) is not None and spent[key] >= 0.05]
         parts.append(f"before the first step {before:.1f} s" + (f" ({', '.join(of)})" if of else ""))
     for key, words in (("between_runs_s", "between runs"), ("within_runs_s", "between a run's steps"),
-                       ("after_last_step_s", "after the last step")):
+                       ("after_last_step_s", "after the last step"), ("outputs_s", "outputs and exit")):
         if spent.get(key) is not None and (spent[key] >= 0.05 or key == "between_runs_s"):
             parts.append(f"{words} {spent[key]:.1f} s")
     return "; ".join(parts)

@@ -7,10 +7,15 @@ starts (a ``sweep`` event, with its own start and, at its end, its end)."""
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import time
 
 #: name -> unix seconds, as this command has reached them
 marks: dict[str, float] = {}
+
+#: this command's arguments, where it is this process (``tracetui ARGS`` from the shell)
+argv: list[str] | None = None
 
 
 def process_started() -> float:
@@ -32,8 +37,16 @@ def mark_command_start(process: bool) -> None:
     """First thing in a command: its start; ``process``: the command is this process (``tracetui``
     from the shell), which started it (its interpreter's start counts); else (called in a
     process that does more, as the tests do) now."""
+    global argv
     marks.clear()
     marks["command"] = process_started() if process else time.time()
+    argv = list(sys.argv[1:]) if process else None
+
+
+def command_line() -> str | None:
+    """The command this process runs, as the user would type it again (``tracetui ARGS``), or
+    None where it was called from Python."""
+    return None if argv is None else shlex.join(["tracetui", *argv])
 
 
 def take() -> dict[str, float]:

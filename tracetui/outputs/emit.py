@@ -20,14 +20,12 @@ What goes in:
   (defaults included: TRL's differ from transformers', so a setting left out is not "off"), and
   the LoRA, precision, length and data settings of the sweep, so the fine-tune runs as measured.
 
-Imports TRL and transformers only inside the functions that read their fields.
+What it reads of TRL and transformers comes from :mod:`tracetui.outputs.trl_facts` (read while the
+sweep runs, where the command asked for the file from its start: :func:`prepare`).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import enum
 import os
 import shlex
 from pathlib import Path
@@ -43,13 +41,17 @@ from ..core.config import (
     dataset_kind,
     model_kind,
 )
-from ..core.foreign import parser_actions
 from ..core.knobs import model_args
 from ..core.paths import write_whole
 from ..core.trial import Trial
-from ..launch.dialects import launcher_for, script_parts
+from ..launch.dialects import Flags, launcher_for, script_parts
 from ..launch.plan import run_plan, script_command
 from .script_patch import Found, recommended_changes
+from . import trl_facts
+from .trl_facts import FILE_KEYS, TrlFacts, facts, given_arguments, installed_fields, trl_parser
+from .trl_facts import plain as _plain
+
+__all__ = ["FILE_KEYS", "given_arguments", "installed_fields", "trl_parser"]  # (read here before)
 
 #: fields renamed between releases, the newest name first: a setting is written under the first
 #: name of its group that the installed release has (transformers 5.2x: ``activation_*``, before:
@@ -63,39 +65,7 @@ RENAMED: tuple[tuple[str, ...], ...] = (
 )
 _GROUP = {name: group for group in RENAMED for name in group}
 
-#: keys of a TRL config file that are no dataclass field: ``TrlParser`` reads them itself
-#: (``env``: environment variables set before training)
-FILE_KEYS = frozenset({"env"})
-
 SET_ME = "SET-ME"
-
-
-def trl_parser(program: str = "trl sft"):
-    """TRL's own parser of ``program``: ``trl NAME`` -> ``trl/scripts/NAME.py``'s ``make_parser``
-    (what ``trl NAME`` parses with); anything else (a user's ``HfArgumentParser`` script) -> the
-    SFT script's, whose dataclasses a TRL LoRA script parses."""
-    import importlib
-
-    name = program[len("trl "):] if program.startswith("trl ") else "sft"
-    try:
-        make = importlib.import_module(f"trl.scripts.{name}").make_parser
-    except (ImportError, AttributeError):  # no TRL script of that name: the SFT one
-        make = importlib.import_module("trl.scripts.sft").make_parser
-    return make(prog=program or "trl sft")
-
-
-def installed_fields(parser=None) -> set[str]:
-    """The keys a TRL config file may hold here: the fields of the installed dataclasses that
-    ``parser`` (default: ``trl sft``'s) reads, and :data:`FILE_KEYS`."""
-    parser = parser or trl_parser()
-    return {f.name for cls in parser.dataclass_types for f in dataclasses.fields(cls)} | FILE_KEYS
-
-
-def _versions() -> str:
-    import transformers
-    import trl
-
-    return f"TRL {trl.__version__}, transformers {transformers.__version__}"
 
 
 def installed_names(settings: dict[str, Any], fields: Collection[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -111,89 +81,26 @@ def installed_names(settings: dict[str, Any], fields: Collection[str]) -> tuple[
     return out, missing
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as a YAML type that ``yaml.safe_dump`` writes and TRL's parser takes back."""
-    if isinstance(value, enum.Enum):
-        return _plain(value.value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+def _program(cmd: list[str] | None) -> tuple[str, list[str] | None]:
+    """The program whose parser reads ``cmd`` and the arguments it reads (None: a built-in sweep)."""
+    if not cmd:
+        return "trl sft", None
+    _launcher, program, args = script_parts(list(cmd))
+    return program, args
 
 
-def _groups(args: list[str]) -> list[list[str]]:
-    """``args`` cut before each flag: ``--lora_target_modules q_proj v_proj`` is one group."""
-    out: list[list[str]] = []
-    for arg in args:
-        if not out or (arg.startswith("-") and not _number(arg)):
-            out.append([arg])
-        else:
-            out[-1].append(arg)
-    return out
+def prepare(cmd: list[str] | None) -> None:
+    """Start reading what the file for ``cmd`` needs of the installed TRL (its parser, fields and
+    releases) while the sweep runs (:func:`tracetui.outputs.trl_facts.prepare`); nothing for a
+    config-file trainer, whose file is its own config."""
+    if cmd and type(launcher_for(list(cmd))).own_config is not Flags.own_config:
+        return
+    trl_facts.prepare(*_program(cmd))
 
 
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def given_arguments(parser, args: list[str]) -> tuple[dict[str, Any], list[tuple[list[str], str]]]:
-    """What ``args`` (a script's arguments) set, as ``parser`` (an ``HfArgumentParser``) reads
-    them: field -> value for every field given (a ``--config FILE`` first, as ``TrlParser`` reads
-    it, the flags over it), and what the parser could not read: ``(arguments, why)`` each.
-    ``parser`` is changed (its defaults removed): give a fresh one (:func:`trl_parser`)."""
-    for action in parser_actions(parser):  # only what is given comes back: no defaults, nothing required
-        if action.dest != "help":
-            action.default, action.required = argparse.SUPPRESS, False
-
-    def refuse(message: str):
-        raise ValueError(message)
-
-    parser.error = refuse  # an argparse error is kept with the flag it names, not an exit
-    args = list(args)
-    given: dict[str, Any] = {}
-    unmapped: list[tuple[list[str], str]] = []
-    if "--config" in args:  # as TrlParser.parse_args_and_config reads it
-        at = args.index("--config")
-        path = args[at + 1] if at + 1 < len(args) else ""
-        del args[at:at + 2]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                loaded = yaml.safe_load(fh)
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"the command's --config {path!r} cannot be read ({exc}); "
-                             "give a readable YAML file") from None
-        if not isinstance(loaded, dict):
-            raise ValueError(f"the command's --config {path!r} is not a YAML mapping; give TRL's config format")
-        dests = {a.dest for a in parser_actions(parser)}
-        for key, value in loaded.items():
-            if key in dests or key in FILE_KEYS:
-                given[key] = value
-            else:  # what TrlParser hands on as flags
-                unmapped.append(([f"--{key}", str(value)], f"from {path}"))
-    for group in _groups(args):
-        if not group[0].startswith("-"):
-            unmapped.append((group, "not a flag"))
-            continue
-        try:
-            ns, rest = parser.parse_known_args(group)
-        except ValueError as exc:
-            unmapped.append((group, str(exc)))
-            continue
-        given.update(vars(ns))
-        if rest:
-            unmapped.append((rest, "unknown"))
-    return given, unmapped
+def read_ahead(cmd: list[str] | None) -> TrlFacts:
+    """What the installed TRL says for ``cmd`` (:func:`prepare`'s read, else read now)."""
+    return facts(*_program(cmd))
 
 
 def trl_config(row: dict, cfg: SweepConfig, cmd: list[str] | None = None, *,
@@ -206,10 +113,10 @@ def trl_config(row: dict, cfg: SweepConfig, cmd: list[str] | None = None, *,
     notes = [f"tracetui's recommendation: {row.get('trial') or row['split']} at effective batch "
              f"{row['effective_batch']} on {row['machine']} ({row['step_ms_median']:.1f} ms/step)"
              if row.get("step_ms_median") else f"tracetui: {row.get('trial')}"]
-    parser = trl_parser(script_parts(cmd)[1] if cmd else "trl sft")
-    fields = installed_fields(parser) if fields is None else set(fields)
+    known = read_ahead(cmd)
+    fields = known.fields if fields is None else set(fields)
     if cmd:
-        layers, more = _script_layers(row, cmd, parser, path)
+        layers, more = _script_layers(row, cmd, known, path)
     else:
         layers, more = _builtin_layers(row, cfg)
     out: dict[str, Any] = {}
@@ -220,27 +127,27 @@ def trl_config(row: dict, cfg: SweepConfig, cmd: list[str] | None = None, *,
         for key, value in left.items():  # one line for a setting and its older names
             missing[_GROUP.get(key, (key,))[0]] = f"{key}={value!r}"
     for said in missing.values():
-        notes.append(f"not written: {said} has no field in {_versions()} (nor under a name it had "
+        notes.append(f"not written: {said} has no field in {known.versions} (nor under a name it had "
                      "before): set it in your training code, or use a release that has it")
     notes += more
     return {k: _plain(v) for k, v in out.items()}, notes
 
 
-def _script_layers(row: dict, cmd: list[str], parser, path: str) -> tuple[list[dict], list[str]]:
+def _script_layers(row: dict, cmd: list[str], known: TrlFacts, path: str) -> tuple[list[dict], list[str]]:
     """A script sweep: what the script was given, then the measured split and settings over it."""
     launcher, program, args = script_parts(cmd)
-    given, unmapped = given_arguments(parser, args)
+    given, unmapped = known.arguments()
     # The script got the split and the varied settings as flags (script_command), nothing of
     # tracetui's own defaults: those stay out.
     measured = sft_arguments({**row, "knob_values": {}})
     measured.update(model_args(dict(row.get("varied") or {})))
     notes: list[str] = []
-    classes = ", ".join(c.__name__ for c in parser.dataclass_types)
+    classes = known.classes
     run = program if program.startswith("trl ") else "trl sft"
     if unmapped:
         said = "; ".join(f"{shlex.join(tokens)} ({why})" for tokens, why in unmapped)
         rest = shlex.join([t for tokens, _why in unmapped for t in tokens])
-        notes.append(f"could not map: {said}: no field of {classes} in {_versions()}, so not in this file; "
+        notes.append(f"could not map: {said}: no field of {classes} in {known.versions}, so not in this file; "
                      f"pass them beside it ({run} --config {path} {rest}) or set them in your script")
     if not program.startswith("trl "):
         what = program or shlex.join(cmd)

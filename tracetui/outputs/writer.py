@@ -20,8 +20,10 @@ from pathlib import Path
 from ..analysis import Policy, Results, recommendation, recommended_rows, scope_note, summarise, time_spent, verdict
 from ..analysis.applied import derived_note
 from ..analysis.between import closing_notes
-from .emit import script_changes, script_file, shown_path, winning_line, write_config
+from ..analysis.timing import mark_exit
+from .emit import prepare, script_changes, script_file, shown_path, winning_line, write_config
 from .export import FORMATS, Summary, format_of_path, steps_csv
+from ..core import clock
 from ..core.paths import OutputRefused, output_file_problem, write_whole
 from ..launch.dialects import launcher_for
 from ..core.trial import Trial
@@ -122,6 +124,11 @@ class Outputs:
         self.speak = launcher_for(self.cmd).words(self.cmd) if self.cmd else None
         #: whether the user named an output (a replay writes at its end only then)
         self.explicit = False
+        #: the sweep this process ran, whose account runs to its outputs (:func:`mark_exit`); None
+        #: for a log read back (``show``, ``watch``), whose account is the sweep's own
+        self.own_sweep: str | None = None
+        #: the command that ran a built-in sweep (``tracetui ARGS``), where this process is it
+        self.sweep_command = clock.command_line() if cfg is not None and not self.cmd else None
         self._own: set[str] = set()
 
     @classmethod
@@ -135,6 +142,8 @@ class Outputs:
                   force=bool(getattr(ns, "force", False)), project_steps=getattr(ns, "project_steps", None),
                   policy=Policy.of(source), cfg=cfg, cmd=cmd, peak_tflops=getattr(source, "peak_tflops", None))
         out.explicit = bool(getattr(ns, "output", None) or out.steps or out.emit_config or out.emit_patch)
+        if out.emit_config:  # what the file needs of TRL, read while the sweep runs
+            prepare(out.cmd)
         return out
 
     # ---- the answer ----------------------------------------------------------------------------
@@ -183,6 +192,10 @@ class Outputs:
         done = Written(rows, answer)
         where = (f"; every event is in {log_path}: export again with `tracetui show {log_path} -o OTHER.csv`"
                  if log_path else "")
+        if final:  # the config first: the summary's time account then holds its writing
+            done.handoff += self._handoff(answer)
+            if self.own_sweep:
+                mark_exit(results, self.own_sweep)
         text = FORMATS[self.fmt].write(Summary(rows, answer, lambda: time_spent(results),
                                                lambda: self.handoff_data(answer)))
         for what, path, body in (("summary", self.summary, lambda: text),
@@ -196,8 +209,6 @@ class Outputs:
                 continue
             if path != "-":
                 done.wrote.append(f"{what} in {path}")
-        if final:
-            done.handoff += self._handoff(answer)
         return done
 
     def handoff_data(self, answer: Answer) -> dict:
@@ -206,8 +217,9 @@ class Outputs:
                                 "allow_busy": self.policy.allow_busy}}
         if answer.best and self.cmd:  # the command, or a config-file trainer's keys
             out.update(launcher_for(self.cmd).handoff(self.cmd, Trial.from_fields(answer.best[0])))
-        if self.emit_config:
-            out["emitted_config"] = self.emit_config if answer.best else None
+        else:  # a built-in sweep: the command that runs it again (None: not known here, or no answer)
+            out["command"] = None if self.cmd else self.sweep_command
+        out["emitted_config"] = self.emit_config if self.emit_config and answer.best else None
         found = script_changes(answer.best[0], self.cmd)[0] if answer.best else None
         if found is not None:  # where the script sets what it does not take from its command line
             out["script_changes"] = [{"field": c.field, "value": c.value, "how": c.kind, "file": c.file,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from ..analysis import LIVE_STATUSES, Results, time_line, time_spent
 from ..core.config import SweepConfig
 from ..core.text import say
+from ..events.log import EventLog
+from ..events.schema import SWEEP, make
 from ..outputs.writer import Outputs
 from ..runner.sweep import Sweep
 from .exits import EXIT_USAGE, exit_status
@@ -69,17 +71,20 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     planned = sweep.planned()
     say(f"tracetui: {f'{len(planned)} run(s)' if planned is not None else 'runs decided as it goes'} "
         f"({sweep.planner.name}); events -> {sweep.log.path}")
+    # (asked for before the runs: what --emit-config needs is read while they train)
+    outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
+    outputs.own_sweep = getattr(sweep, "sweep_id", None)
     if signals.signum:  # came while the sweep was being set up
         sweep.stop()
     try:
         sweep.run()
     finally:
         sweep.close()
-    outputs = Outputs.from_args(ns, sweep.log.path, cfg=cfg, cmd=getattr(sweep, "user_command", None))
     done = outputs.write(results, log_path=str(sweep.log.path))
     rows, err = done.rows, bool(done.errors)
     report(done)
-    line = sweep_time_line(results, getattr(sweep, "sweep_id", None))
+    log_exit(results, outputs.own_sweep, sweep.log.path)
+    line = sweep_time_line(results, outputs.own_sweep)
     if line:
         say(f"tracetui: {line}")
     if sweep.log.incomplete:
@@ -98,6 +103,24 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
         say(f"tracetui: error: {no_split_finished(results)}")
     return exit_status(rows, signum=signals.signum, interrupted=sweep.interrupted,
                        incomplete=sweep.log.incomplete, write_error=bool(err))
+
+
+def log_exit(results, sweep_id: str | None, path) -> None:
+    """Append to the sweep's log the end its account ran to (the outputs written, marked by
+    :meth:`tracetui.outputs.writer.Outputs.write`), so that a replay gives the same account."""
+    at = results.sweep_times.get(sweep_id, {}).get("exit")
+    if at is None:
+        return
+    try:
+        log = EventLog(path)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    else:
+        why = None if log.append(make(SWEEP, sweep_id, times={"exit": at})) else log.error
+        log.close()
+    if why:
+        say(f"tracetui: warning: the command's end is not in {path}, so a replay's time account ends with "
+            f"the sweep ({why})")
 
 
 def sweep_time_line(results, sweep_id: str | None) -> str:

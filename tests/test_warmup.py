@@ -112,3 +112,13 @@ def test_a_tiny_cpu_sweep_says_each_runs_warmup(tmp_path):
         count, _, why = row["warmup_why"].partition(" ")
         assert 1 <= int(count) <= 2 and ("settled" in why or "ceiling" in why), row
         assert row["steps_measured"] == 8 - int(count) >= 6
+
+
+def test_a_run_started_at_the_default_warmup_passes_the_wire_schema():
+    """A swept script's probe says its warm-up as given (``auto`` by default) in its run_started
+    config; the listener validates every event, and one refused would leave the run without a row."""
+    from tracetui.events.schema import RUN_STARTED, make, validate
+
+    event = make(RUN_STARTED, "s/1x4", label="1x4", micro_batch=1, grad_accum=4, world_size=1, mode="attach",
+                 config={"steps": 8, "warmup": "auto"}, max_steps=8)
+    assert validate(event)["config"]["warmup"] == "auto"

@@ -101,6 +101,19 @@ h200_time_to_answer() {  # the search against the seed's method (every split, 10
     --seq-len 512 --effective-batch 8 $NOCK
 }
 
+h200_account() {  # a `trl sft` sweep with --emit-config: its time account against the time measured from outside
+  to fixture.txt $PY benchmarks/trl_cli_fixture.py --model qwen3-0.6b --out "$D/fixture"
+  local args=(--model_name_or_path "$D/fixture/model" --dataset_name "$D/fixture/data" --max_length 512 --use_peft
+              --lora_r 16 --lora_target_modules all-linear --max_steps 12 --output_dir "$D/trl_out" --save_strategy no
+              --report_to none --logging_steps 100 --bf16 true)
+  local s
+  for s in with without; do
+    local emit=(); [ $s = with ] && emit=(--emit-config "$D/best.yaml")
+    x "wall_vs_steps.jsonl $s.json" $PY benchmarks/wall_vs_steps.py --name "$s" --runs-dir "$D/runs/$s" -- sweep \
+      --splits 1x4,4x1 --export json -o "$D/$s.json" --force "${emit[@]}" -- trl sft "${args[@]}" >> "$D/wall_vs_steps.jsonl"
+  done
+}
+
 h200_knobs() {  # split x checkpointing x Liger (needs liger-kernel), QLoRA (needs bitsandbytes), plain TRL beside
   local m="--model qwen3-1.7b --seq-len 1024 --dataset synthetic-ragged --precision bf16 --effective-batch 16 --repeats 1"
   sweep knobs.json $m --steps 12 --warmup 3 --splits 2x8,4x4,8x2,16x1 --vary activation_checkpointing=on,off \
@@ -281,7 +294,7 @@ trial_start_cpu() { to trial_start_cpu.txt $PY benchmarks/trial_start.py --devic
 tui_throughput() { to tui_throughput.txt $PY benchmarks/tui_throughput.py --seconds 6; }
 watch_flood() { to watch_flood.txt $PY benchmarks/watch_flood.py --events 1000000; }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_time_to_answer h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_time_to_answer h200_account h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood"
 TWO_GPUS="h200x2_parallel h200x2_ddp h200x2_fsdp"

@@ -129,8 +129,9 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
 
 #: keys inside nested objects that tracetui reads, typed like fields (others: plain values)
 _NESTED: dict[str, dict[str, tuple[Any, ...]]] = {
-    "times": {k: _NUM for k in ("command", "server", "libraries", "checked", "sweep", "ended")},
-    "config": {"steps": (int, _NONE), "warmup": (int, _NONE), "seq_len": (int, _NONE),
+    "times": {k: _NUM for k in ("command", "server", "libraries", "checked", "sweep", "ended", "exit")},
+    # warmup: a count, or "auto" (tracetui.core.warmup)
+    "config": {"steps": (int, _NONE), "warmup": (int, str, _NONE), "seq_len": (int, _NONE),
                "memory_limit": _NUM + (_NONE,), "model": (str, _NONE), "dataset": (str, _NONE)},
     "between_ms": {k: (NUMS,) for k in BETWEEN_NAMES},
     "env": {"device": (str, _NONE), "gpu_name": (str, _NONE), "gpu_total_gib": _NUM + (_NONE,),

@@ -23,6 +23,7 @@ from typing import Callable
 from ..core import envvars
 from ..core.accepted import OPTIMIZERS, SCHEDULERS, refusal, valid_list
 from ..core.config import ConfigError, SweepConfig
+from ..core.text import say
 from ..events.schema import make
 from ..core.knobs import KNOBS
 from ..planning.plan import Planner, RunSpec
@@ -259,6 +260,9 @@ class ScriptSweep(SweepBase):
     def close(self) -> None:
         try:
             self.listener.close()
+            drops = self.listener.describe_drops()
+            if drops:  # events the runs sent that the sweep could not take: their rows miss them
+                say(f"tracetui: warning: of the runs' events, tracetui {drops}; the rows lack what those said")
             while True:  # what arrived after the last run ended
                 try:
                     self._emit(self._inbox.get_nowait())

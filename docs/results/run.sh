@@ -91,17 +91,20 @@ h200_after_layout() {  # the emitted config files run by `trl sft --config`; the
   sweep builtin.json $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 2 --steps 30
 }
 
-h200_folders() {  # after the package moved into folders: the GPU tests, then h200_after_layout's calls as they run today
+h200_folders() {  # after the package moved into folders: the GPU tests, h200_after_layout's calls as they run today,
+  # the search against the seed's method, and a `trl sft` sweep's time account against the time from outside
   to test_gpu.txt $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
   h200_after_layout
+  h200_time_to_answer
+  h200_account
 }
 
-h200_time_to_answer() {  # the search against the seed's method (every split, 100 steps) on a shape the tests do not use
+h200_time_to_answer() {  # (of h200_folders) the search against the seed's method (every split, 100 steps) on a shape the tests do not use
   to search_vs_seed.json $PY benchmarks/search_vs_seed.py --out "$D/svs" --limit 300 -- --model llama-3.2-1b \
     --seq-len 512 --effective-batch 8 $NOCK
 }
 
-h200_account() {  # a `trl sft` sweep with --emit-config: its time account against the time measured from outside
+h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its time account against the time measured from outside
   to fixture.txt $PY benchmarks/trl_cli_fixture.py --model qwen3-0.6b --out "$D/fixture"
   local args=(--model_name_or_path "$D/fixture/model" --dataset_name "$D/fixture/data" --max_length 512 --use_peft
               --lora_r 16 --lora_target_modules all-linear --max_steps 12 --output_dir "$D/trl_out" --save_strategy no
@@ -294,7 +297,7 @@ trial_start_cpu() { to trial_start_cpu.txt $PY benchmarks/trial_start.py --devic
 tui_throughput() { to tui_throughput.txt $PY benchmarks/tui_throughput.py --seconds 6; }
 watch_flood() { to watch_flood.txt $PY benchmarks/watch_flood.py --events 1000000; }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_time_to_answer h200_account h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood"
 TWO_GPUS="h200x2_parallel h200x2_ddp h200x2_fsdp"

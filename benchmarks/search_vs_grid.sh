@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #14's bar on one H200: qwen3-1.7b preset, seq 1024, checkpointing off, effective batch 64,
+# The search against the grid on one H200: qwen3-1.7b preset, seq 1024, checkpointing off, effective batch 64,
 # --memory-limit 24 (an L4-sized card) and 80: the full grid against the search, each a whole
 # command, timed. Writes under $OUT: {grid,search}_{24,80}.json (summaries: predicted_mem_gib
 # beside peak_mem_gib, why, status skipped/oom), .err (the command's stderr: the planner's line,

@@ -3,14 +3,14 @@
 Runs ``python -m tracetui ARGS --runs-dir DIR`` once, timed from start to the end of its output
 (what a caller reading it waits for; its own exit as well), then reads the
 sweep's event log and prints one JSON line: the command's wall time, the summed time of every
-step (warm-up included), their ratio (the issue's bar: at most 1.15), and where the rest went:
+step (warm-up included), their ratio (the goal: at most 1.15), and where the rest went:
 each run's start (asked for, to built and to its first step: from its ``run_stage`` events),
 what lies between one run's last step and the next one's first, how long a run built early (a
 head start) waited for its turn, how many measured steps ran beside another run's start (there
 must be none), and what lies outside every run (tracetui's own start before the first run, its
 end after the last), and the command's own time account (``tracetui.analysis.time_spent``, from
 its process's start to its outputs written) beside the time measured here, from outside
-(``outside_over_account``: the issue's bar is 1.00 +- 0.01, with ``--emit-config`` as without).
+(``outside_over_account``: the goal is 1.00 +- 0.01, with ``--emit-config`` as without).
 
     python benchmarks/wall_vs_steps.py --runs-dir /tmp/wvs -- --export json -o /tmp/a.json \\
         --model qwen3-1.7b --seq-len 512 --splits 1x4,2x2,4x1 --repeats 2 --steps 30

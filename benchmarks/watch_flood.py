@@ -8,7 +8,7 @@ every ``--gpu-every`` steps and a notice now and then; no two steps of a run ali
 watcher has logged every event (its events.jsonl holds them all), it is sent SIGINT. Printed:
 the events sent and logged, the rate, the watcher's peak resident memory (``VmHWM``, the kernel's
 own high-water mark, read every 0.05 s until the process is gone: its summary included), the
-time from SIGINT to its exit, its exit status, and the summary's rows. Goals (issue #32): at most ~200 MB for a million
+time from SIGINT to its exit, its exit status, and the summary's rows. Goals: at most ~200 MB for a million
 events, the summary within 5 s of SIGINT after 200 000 events.
 
     python benchmarks/watch_flood.py [--events 1000000] [--runs 8]

@@ -1,4 +1,4 @@
-"""``--emit-config``: the recommendation reaches the training (issue #29, items 2 and 3).
+"""``--emit-config``: the recommendation reaches the training.
 
 The unit tests read commands with TRL's own parser and check the file against the installed
 TRL's own reading of it (no key it would hand on to ``accelerate launch``). The end-to-end tests

@@ -1,4 +1,4 @@
-"""Hostile input, by class (issue #32): each class fixed once at its root, tested over whatever
+"""Hostile input, by class: each class fixed once at its root, tested over whatever
 hypothesis makes of it and with a real case of each.
 
 1. Text from outside (events, logs, socket lines, settings, file names) through ``show``,

@@ -1,4 +1,4 @@
-"""The monitor (issue 18): the answer and the why at a glance, at 80x24 and 120x36, and never a
+"""The monitor: the answer and the why at a glance, at 80x24 and 120x36, and never a
 hidden failure. Driven with ``App.run_test()`` on real event logs recorded on the H200 (and a
 tiny sweep recorded on a 2-core CPU for the two-machine replay)."""
 

@@ -127,7 +127,7 @@ def _settings(events) -> dict:
 
 @pytest.mark.slow
 def test_a_script_with_a_literal_split_is_measured_at_every_planned_split(swept):
-    """The issue's hard.py: SFTConfig(per_device_train_batch_size=1, gradient_accumulation_steps=4)
+    """A script like hard.py: SFTConfig(per_device_train_batch_size=1, gradient_accumulation_steps=4)
     and no flags parsed. Both splits train as planned, read back from the trainer, with a verdict
     between them; the script's own output folder is never written."""
     got = outcome(swept, "literal")
@@ -158,7 +158,7 @@ def test_a_script_with_a_literal_split_is_measured_at_every_planned_split(swept)
 
 @pytest.mark.slow
 def test_the_emitted_patch_makes_the_script_alone_train_the_recommended_split(swept, tmp_path):
-    """The handoff of the issue's hard.py: the closing lines say where the script sets its split,
+    """The handoff of a script like hard.py: the closing lines say where the script sets its split,
     --emit-patch writes the change, and the script, patched as they say (a copy: the other tests
     read the original) and run alone with plain Python, trains the recommended split, read back
     from its trainer. Where the script's own 1x4 won, there is nothing to change, and it says so."""

@@ -71,7 +71,7 @@ def _changed_lines(before: str, after: str) -> list[tuple[str, str]]:
 
 
 def test_literal_keywords_of_a_multi_line_call_are_replaced_in_place(tmp_path):
-    """The issue's hard.py: each value is found on its own line (the args_origin line is the
+    """A script like hard.py: each value is found on its own line (the args_origin line is the
     call's first), the diff replaces just the literal, comments and layout kept, and the patched
     file passes the recommended split."""
     script = tmp_path / "hard.py"

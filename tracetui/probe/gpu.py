@@ -96,12 +96,14 @@ def read_sample(nvml: Any, handle: Any, gpu_index: int, census: bool = False) ->
     util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
 
-    unsupported = nvml_errors()
+    # a counter this GPU does not support (NVML's NotSupported, NoPermission), or a binding this
+    # nvidia-ml-py lacks (AttributeError)
+    unsupported = nvml_errors() + (AttributeError,)
 
     def optional(fn: Callable[[], float]) -> float | None:
         try:
             return fn()
-        except unsupported:  # a counter this GPU does not support (NVML's NotSupported, NoPermission)
+        except unsupported:
             return None
 
     others = optional(lambda: other_processes(nvml, handle)) if census else None

@@ -24,6 +24,9 @@ from tracetui.runner.sweep import Sweep
 from .conftest import run_main, wait_until
 from .stubs import worker as stub_worker
 
+#: every test here starts real processes (a run, a sweep, a fork server)
+pytestmark = pytest.mark.slow
+
 #: a measured command that detaches two daemons, then exits (or waits to be stopped)
 DAEMONS = Path(__file__).parent / "stubs" / "daemons.py"
 

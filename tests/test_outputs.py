@@ -303,6 +303,7 @@ def test_run_refuses_a_command_that_is_not_there(tmp_path):
     assert proc.returncode == 2 and "missing.py does not exist" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_probe_adds_nothing_that_can_shadow_the_users_modules(tmp_path):
     """What tracetui puts on a script's import path holds its sitecustomize and the tracetui
     package alone: no folder of this checkout (its ``tests``) can shadow a module of the user's."""

@@ -160,3 +160,23 @@ def test_nvml_is_opened_in_one_module():
     openers = sorted(name for name, path in modules.items()
                      if any("pynvml" in _targets(name, path, n, modules) for n in _import_nodes(path)))
     assert openers == ["tracetui.core.nvml"], openers
+
+
+#: the most lines a module and a function may have; a function may go over only with a comment
+#: ``# long: why`` on its ``def`` line
+MODULE_LINES, FUNCTION_LINES = 500, 60
+
+
+def test_modules_and_functions_stay_short():
+    long = []
+    for name, path in sorted(_modules().items()):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MODULE_LINES:
+            long.append(f"{name}: {text.count(chr(10))} lines (split it by job)")
+        lines = text.splitlines()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                if size > FUNCTION_LINES and "# long:" not in lines[node.lineno - 1]:
+                    long.append(f"{name}.{node.name}: {size} lines (split it into named steps)")
+    assert not long, "\n".join(long)

@@ -239,3 +239,22 @@ def test_status_cells_count_one_clock_up_from_the_runs_start():
     from tracetui.tui.widgets import CLOCK
 
     assert "counts up from its start" in CLOCK and help_text
+
+
+def test_the_monitor_says_the_sweeps_estimate_on_its_status_line():
+    """The sweep's estimate of the time left, sent after each run ends (a notice of level
+    ``estimate``), reaches the monitor's status line and its list of notices."""
+    from tracetui.events.schema import ESTIMATE, NOTICE, make
+
+    events = read_events([TINY]).events
+    first = next(e["run_id"] for e in events if e["type"] == "run_finished")
+    line = "estimate: about 12 s for 2 run(s) left (from 1 finished run(s): their step times)"
+    at = next(i for i, e in enumerate(events) if e["type"] == "run_finished") + 1
+    app = TraceApp(ReplaySource(events[:at] + [make(NOTICE, first, level=ESTIMATE, message=line)] + events[at:]))
+
+    async def drive():
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot_until(pilot, lambda: any(m == line for _, m in app.notices))
+            await pilot.press("q")
+
+    asyncio.run(drive())

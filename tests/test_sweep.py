@@ -33,6 +33,13 @@ def test_headless_sweep_writes_three_ok_rows(tiny_sweep):
     assert min(speedups) == pytest.approx(1.0) and max(speedups) >= 1.0
     # progress lines on stderr, one per run start
     assert proc.stderr.count("started on CPU") == 3
+    # how long the runs left will take: at the start from rough priors, then after each run but
+    # the last from what the finished runs measured
+    estimates = [line for line in proc.stderr.splitlines() if line.startswith("tracetui: estimate: about ")]
+    assert len(estimates) == 3, proc.stderr
+    assert "rough" in estimates[0] and "for 3 run(s) left" in estimates[0]
+    assert "from 1 finished run(s)" in estimates[1] and "for 2 run(s) left" in estimates[1]
+    assert "for 1 run(s) left" in estimates[2]
 
 
 def test_same_seed_same_loss_across_splits(tiny_sweep):

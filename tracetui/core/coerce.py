@@ -10,7 +10,7 @@ from dataclasses import fields
 from typing import Any
 
 from .config import ConfigError, SweepConfig, shown
-from .knobs import OFF_WORDS, ON_WORDS, fmt
+from .knobs import fmt, on_off
 from .warmup import parse as parse_warmup
 
 
@@ -42,14 +42,7 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         if name == "warmup":
             return parse_warmup(value)
         if kind is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ON_WORDS:
-                return True
-            if text in OFF_WORDS:
-                return False
-            raise ValueError
+            return on_off(value)
         if kind is int:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError

@@ -29,6 +29,16 @@ ON_WORDS = ("1", "true", "yes", "on")
 OFF_WORDS = ("0", "false", "no", "off")
 
 
+def on_off(raw: Any) -> bool:
+    """``raw`` (a bool, or one of the on/off words in any case) as a bool, or ValueError."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ON_WORDS or text in OFF_WORDS:
+        return text in ON_WORDS
+    raise ValueError(f"{raw!r} is not on/off")
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
@@ -66,14 +76,7 @@ class Knob:
     def coerce(self, raw: Any) -> Any:
         """``raw`` (a string from --vary, or a TOML value) as this knob's type, or ValueError."""
         if self.kind is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in ON_WORDS:
-                return True
-            if text in OFF_WORDS:
-                return False
-            raise ValueError(f"{raw!r} is not on/off")
+            return on_off(raw)
         if self.kind is int:
             if isinstance(raw, bool):
                 raise ValueError(f"{raw!r} is not a whole number")

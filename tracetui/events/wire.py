@@ -11,6 +11,7 @@ socket goes, and the checks of its folder).
 from __future__ import annotations
 
 import errno
+import contextlib
 import os
 import selectors
 import socket
@@ -19,7 +20,7 @@ import time
 from typing import Callable
 
 from .schema import OUT_OF_BOUNDS, parse_line
-from .sockpath import ListenerError, peer_uid, prepare_socket_path
+from .sockpath import SOCKET_PATH_MAX, ListenerError, peer_uid, prepare_socket_path
 
 #: the longest line (one event) a listener accepts, in bytes
 MAX_LINE = 64 * 1024
@@ -96,19 +97,27 @@ class SocketListener:
         self._sel = selectors.DefaultSelector()
         prepare_socket_path(path, origin=origin)
         self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # bound and listening under a name beside it, then renamed into place: a client that
+        # sees the socket file never finds it refusing connections (bound, not yet listening)
+        early = f"{path}~" if len(os.fsencode(path)) < SOCKET_PATH_MAX else path  # (no room: bound in place)
         old = os.umask(0o177)  # the socket file is born 0600
         try:
-            self._srv.bind(path)
+            if early != path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(early)  # (left by a listener killed between its bind and its rename)
+            self._srv.bind(early)
+            os.chmod(early, 0o600)
+            self._srv.listen(64)
+            if early != path:
+                os.rename(early, path)
         except OSError as exc:
             self._srv.close()
             raise ListenerError(f"{origin or '--socket'}: cannot listen on {path} ({exc.strerror or exc})") from None
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
         st = os.lstat(path)
         #: the socket file this listener made: only it is removed at the end
         self._made = (st.st_dev, st.st_ino)
-        self._srv.listen(64)
         self._srv.setblocking(False)
         self._sel.register(self._srv, selectors.EVENT_READ, None)
         self._thread = threading.Thread(target=self._loop, name="tracetui-listener", daemon=True)

@@ -114,7 +114,7 @@ def test_help_imports_nothing_heavy():
 #: that imports one at its top (itself or through the package's modules it imports there) may be
 #: imported inside a function, so that what does not need it (``--help``, a headless command,
 #: the fork server's start) stays light
-HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "textual")
+HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "textual", "ray")
 #: imports of the package's own modules inside functions for another reason, each said
 LAZY_FOR_A_REASON = {
     # ``tracetui.TraceCallback`` is built on first use: its class derives from transformers'

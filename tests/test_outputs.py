@@ -307,7 +307,7 @@ def test_run_refuses_a_command_that_is_not_there(tmp_path):
 def test_the_probe_adds_nothing_that_can_shadow_the_users_modules(tmp_path):
     """What tracetui puts on a script's import path holds its sitecustomize and the tracetui
     package alone: no folder of this checkout (its ``tests``) can shadow a module of the user's."""
-    from tracetui.runner.script import probe_env
+    from tracetui.runner.probeenv import probe_env
 
     env = probe_env(str(tmp_path / "s.sock"), 3)
     users = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))  # (the user's own entries stay)

@@ -44,7 +44,9 @@ def main() -> None:
     send("run_started", label=f"{mb}x{ga}", micro_batch=mb, grad_accum=ga, effective_batch=mb * ga, world_size=1,
          repeat=0, pid=os.getpid(), rank=0, precision="fp32", env={"device": "cpu", "cpu_count": 2},
          config={"steps": steps, "warmup": warmup})
+    step_s = flag("--stub_step_ms", 0) / 1000  # (the time each step takes: the canned times are reported)
     for step in range(1, steps + 1):
+        time.sleep(step_s)
         send("step", step=step, warmup=step <= warmup, t_end=time.time(), **step_fields(mb, ga, step))
         if step == crash_at:
             os.kill(os.getpid(), signal.SIGKILL)

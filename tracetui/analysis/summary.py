@@ -185,7 +185,8 @@ def _new_row(split: SplitStats, crowded: list[str], gone: list[RunData]) -> Row:
               else "ok" if "ok" in statuses else statuses[-1])
     failed = [st for st in statuses if st in FAIL_KINDS] + [r.status for r in gone]
     row = Row(
-        machine=machine, effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
+        machine=machine, nodes="; ".join(sorted({r.started["node"] for r in runs if r.started.get("node")})) or None,
+        effective_batch=eb, micro_batch=mb, grad_accum=ga, world_size=ws,
         split=trial.split, trial=trial.label(SHORT), varied=dict(varied), **dict(varied),
         status=status, runs=sum(1 for r in runs if r.status not in AGAIN_KINDS),
         steps_measured=sum(r.measured_count() for r in runs), warmup_steps=sum(r.warmup_seen for r in runs),

@@ -19,7 +19,7 @@ from ..runner.command import CommandRun
 from ..launch.dialects import launcher_for
 from ..runner.script import (ScriptSweep, check_command, check_program, check_script_exists, check_script_values,
                              check_settings_reach, how_runs_start, start_line)
-from ..runner.sweep import new_sweep_id
+from ..events.log import new_sweep_id
 from ..planning.search import make_planner
 from ..core.text import say
 from ..session.exits import EXIT_NONE_OK, UsageError

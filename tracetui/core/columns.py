@@ -176,6 +176,7 @@ def _ckpt(row: dict, ctx: dict) -> str:
 
 COLUMNS: tuple[Column, ...] = (
     Column("machine", help="GPU model (or CPU) the runs used"),
+    Column("nodes", help="the Ray nodes the runs ran on (--ray; empty: this machine)"),
     Column("effective_batch"), Column("micro_batch"), Column("grad_accum"), Column("world_size"),
     Column("split", "split", cell=_split),
     Column("trial", help="the split and the values of the settings varied (--vary)"),

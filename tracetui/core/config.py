@@ -175,6 +175,9 @@ class SweepConfig:
                                      "first; one that runs out of memory bounds the search")
     gpus: str = setting("", "run different splits at the same time, one run per GPU", metavar="0,1,...",
                         show_default=False)
+    ray: str = setting("", "run every trial as Ray work, placed on the nodes of the Ray cluster at ADDRESS (auto: the "
+                           "one this machine belongs to), or given alone on a Ray started for this command "
+                           "(needs the ray extra)", metavar="ADDRESS", const="local", show_default=False)
     nproc_per_node: int = setting(1, "launch each run with torchrun as DDP over N processes; a split is then "
                                      "MICRO x ACCUM x world", metavar="N", low=1, high=1024)
     nnodes: int = setting(1, "torchrun: number of machines", low=1, high=65536)

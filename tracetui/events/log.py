@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import gzip
 import os
+import time
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,3 +228,7 @@ class _GzipLog:
 
     def __exit__(self, *exc) -> None:
         self._fh.close()
+
+
+def new_sweep_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]

@@ -93,6 +93,8 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
         "mode": (str,), "max_steps": (int, _NONE), "varied": (OBJ,), "why": (str,),
         # a run whose trainer read back another trial than its plan: what it trained
         "trained": (str,), "trained_fields": (OBJ,),
+        # the Ray node the run ran on (--ray)
+        "node": (str, _NONE),
     },
     STEP: {
         **{p.field: (NUMS,) if p.per_micro else _NUM for p in PHASES},  # declared once (phases.py)

@@ -1,7 +1,7 @@
 """``tracetui run -- CMD``: one unmodified training command, run once with the probe attached.
 
 No sweep: the command runs as the user wrote it (its own split and settings), with the probe's
-``sitecustomize`` on its import path (:func:`~tracetui.runner.script.probe_env`), which adds a
+``sitecustomize`` on its import path (:func:`~tracetui.runner.probeenv.probe_env`), which adds a
 ``TraceCallback`` to every transformers ``Trainer`` it builds. The callback's events come over a
 private socket, as they do for ``tracetui watch``; the command's own output goes to a file beside
 them, so that it never draws over the monitor.
@@ -26,8 +26,8 @@ from ..events.wire import SocketListener
 from ..launch.dialects import launcher_for
 from .leftovers import end_run, new_tree, run_processes
 from .runlog import RunOutput
-from .script import probe_env
-from .sweep import new_sweep_id
+from .probeenv import probe_env
+from ..events.log import new_sweep_id
 
 #: seconds a stopped command has after SIGTERM before SIGKILL
 STOP_GRACE_S = 10.0

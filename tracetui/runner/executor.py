@@ -10,10 +10,13 @@ its events read, reaped, and what it left ended. Two executors, chosen by :func:
 - :class:`FreshExecutor`: a fresh interpreter (multiprocessing's ``spawn``) for the worker, a
   fresh process (:class:`subprocess.Popen`) for a command.
 
-Room for a third: an executor that starts a trial elsewhere (a cluster's scheduler, Ray, say)
-returns a Child whose ``start`` submits it, whose ``alive``/``exitcode``/``signal``/``reap``
-ask the scheduler, and whose ``next_event`` reads the events that come back its own way (the
-run's probe sends them over a socket, :mod:`tracetui.events.wire`, as a script's runs do here).
+- :class:`~.raycluster.RayExecutor` (``--ray``, :func:`~.sweep.ray_executor`): each trial a Ray task on
+  a node of the cluster, which starts the trial's fresh process there; its ``Child`` submits the
+  task, asks Ray how it ended, and reads the events that come back through Ray.
+
+A lane (where one trial runs at a time) is a GPU index here, a place on a node with Ray: the
+executor says whether a lane still takes runs (:meth:`Executor.lane_open`) and how a run's place
+is said (:meth:`Executor.where`).
 """
 
 from __future__ import annotations
@@ -42,16 +45,44 @@ class Executor(Protocol):
     def parent_pid(self) -> int:
         """The process a trial's process will hang from (its parent-death signal's)."""
 
-    def worker(self, target: Callable, payload: dict, name: str, log_path: Path) -> Child:
+    def worker(self, target: Callable, payload: dict, name: str, log_path: Path, lane: int | None = None) -> Child:
         """tracetui's own worker: ``target(payload, queue)``, its events over its own queue."""
 
     def command(self, argv: list[str], target: ForkTarget | None, env: dict,
-                inbox: "queue_mod.Queue[dict]", log_path: Path) -> Child:
+                inbox: "queue_mod.Queue[dict]", log_path: Path, lane: int | None = None, run_id: str = "") -> Child:
         """A user's command (``argv``; ``target``: what a fork of it runs, where it forks),
         its events over the sweep's socket into ``inbox``."""
 
+    def lane_open(self, lane: int | None) -> bool:
+        """Whether ``lane`` still takes runs (a lost node's does not)."""
 
-class ForkServerExecutor:
+    def where(self, lane: int | None) -> str | None:
+        """Where a run on ``lane`` runs, in words (None: nothing to say)."""
+
+    def node(self, lane: int | None) -> str | None:
+        """The node a run on ``lane`` runs on, where trials run on several (None: this one)."""
+
+    def close(self) -> None:
+        """Once the sweep is over: nothing of it left running wherever it ran."""
+
+
+class _Here:
+    """What the executors of this machine share: lanes are GPU indices, and never close."""
+
+    def lane_open(self, lane: int | None) -> bool:
+        return True
+
+    def where(self, lane: int | None) -> str | None:
+        return f"runs on GPU {lane}" if lane is not None else None
+
+    def node(self, lane: int | None) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class ForkServerExecutor(_Here):
     """Trials forked from the fork server (``ctx``: its multiprocessing context)."""
 
     forked = True
@@ -63,11 +94,11 @@ class ForkServerExecutor:
         restart_server_if_gone()  # one killed from outside is started again first
         return server_pid() or os.getpid()
 
-    def worker(self, target: Callable, payload: dict, name: str, log_path: Path) -> Child:
+    def worker(self, target: Callable, payload: dict, name: str, log_path: Path, lane: int | None = None) -> Child:
         return WorkerChild(self.ctx, target, payload, name, QUEUE_MAX, log_path)
 
     def command(self, argv: list[str], target: ForkTarget | None, env: dict,
-                inbox: "queue_mod.Queue[dict]", log_path: Path) -> Child:
+                inbox: "queue_mod.Queue[dict]", log_path: Path, lane: int | None = None, run_id: str = "") -> Child:
         if target is None:  # (a command that cannot fork: as a fresh process)
             return FreshExecutor(self.ctx).command(argv, None, env, inbox, log_path)
         payload = dict(target=asdict(target), env=env, cwd=os.getcwd(), log_path=str(log_path),
@@ -75,7 +106,7 @@ class ForkServerExecutor:
         return ForkedCommandChild(self.ctx, forkrun.run, payload, inbox, log_path)
 
 
-class FreshExecutor:
+class FreshExecutor(_Here):
     """Trials as fresh processes (``ctx``: a ``spawn`` context for the worker, or None)."""
 
     forked = False
@@ -86,11 +117,11 @@ class FreshExecutor:
     def parent_pid(self) -> int:
         return os.getpid()
 
-    def worker(self, target: Callable, payload: dict, name: str, log_path: Path) -> Child:
+    def worker(self, target: Callable, payload: dict, name: str, log_path: Path, lane: int | None = None) -> Child:
         return WorkerChild(self.ctx, target, payload, name, QUEUE_MAX, log_path)
 
     def command(self, argv: list[str], target: ForkTarget | None, env: dict,
-                inbox: "queue_mod.Queue[dict]", log_path: Path) -> Child:
+                inbox: "queue_mod.Queue[dict]", log_path: Path, lane: int | None = None, run_id: str = "") -> Child:
         return CommandChild(argv, env, inbox, log_path)
 
 
@@ -100,3 +131,4 @@ def executor(ctx) -> Executor:
     if ctx is not None and ctx.get_start_method() == "forkserver":
         return ForkServerExecutor(ctx)
     return FreshExecutor(ctx)
+

@@ -16,7 +16,6 @@ import os
 import queue
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +35,10 @@ from ..launch.fork import ForkTarget, environment_of, fork_target
 from ..launch.plan import run_plan
 from .executor import executor
 from .lifetime import forking, trial_context
-from .sweep import SweepBase, new_sweep_id
+from .probeenv import probe_env
+from .onray import ray_executor
+from ..events.log import new_sweep_id
+from .sweep import SweepBase
 
 
 def check_command(cmd: list[str], varied: dict | None = None) -> None:
@@ -119,37 +121,6 @@ def check_script_exists(cmd: list[str]) -> None:
             raise ConfigError("sweep", f"{arg} does not exist", "give the training script's path")
 
 
-_shim: list[str] = []
-
-
-def _package_shim() -> str:
-    """A folder that holds tracetui alone (a link to this package): what a user's script gets on
-    its import path, so that tracetui imports there whether or not it is installed in the
-    script's interpreter, and nothing beside the package (this checkout's ``tests``, say) can
-    shadow a module of the user's. One per process, removed at its exit."""
-    if not _shim:
-        folder = tempfile.mkdtemp(prefix="tracetui-path-")
-        atexit.register(shutil.rmtree, folder, True)
-        os.symlink(Path(__file__).resolve().parent.parent, os.path.join(folder, "tracetui"))
-        _shim.append(folder)
-    return _shim[0]
-
-
-def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:
-    """The environment of a user's command measured by tracetui (``sweep``, ``run``): the
-    probe's ``sitecustomize`` and tracetui first on ``PYTHONPATH`` (the user's own after them),
-    the socket its events go to, the warm-up steps not counted, this process as the owner its
-    Python processes die with, and NVLink multicast off for any NCCL job (shared GPU hosts)."""
-    inject = str(Path(__file__).resolve().parent.parent / "inject")
-    path = [inject, _package_shim()] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = dict(os.environ, **{envvars.SOCKET: socket_path, envvars.WARMUP: str(warmup)}, PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(path), **extra)
-    for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
-        env.setdefault(k, v)
-    env[envvars.OWNER_PID] = str(os.getpid())  # Python processes further down watch it (sitecustomize)
-    return env
-
-
 def script_notes(varied: dict) -> list[str]:
     """What to know about the varied settings' flags on a user's script (one line each)."""
     return [f"--vary {n}: {KNOBS[n].script_note}" for n in varied if KNOBS[n].script_note]
@@ -190,15 +161,19 @@ class ScriptSweep(SweepBase):
         self.launcher = launcher_for(cmd)
         #: what each run executes forked from the fork server, or None (and why not)
         self.fork, self.fork_why = self._fork_target(fresh)
-        # the fork server starts here, before any app owns the terminal
-        self._ctx = trial_context() if self.fork is not None else None
-        self._executor = executor(self._ctx)  # how each run's process starts (:mod:`.executor`)
         self.on_event = on_event
         self.sweep_id = new_sweep_id()
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
         self._setup(cfg, trials, planner)
+        if cfg.ray:  # each run a Ray task on the cluster's lanes (:mod:`.raycluster`)
+            self.fork, self.fork_why, self._ctx = None, "--ray", None
+            self._executor = ray_executor(cfg, self._device != "cpu", [os.getcwd(), str(self.dir.resolve())])
+            self.lanes = self._executor.lanes()
+        else:  # the fork server starts here, before any app owns the terminal
+            self._ctx = trial_context() if self.fork is not None else None
+            self._executor = executor(self._ctx)  # how each run's process starts (:mod:`.executor`)
         self.warnings: list[str] = script_notes(cfg.varied())
         #: what the ranks send over the socket, read by the supervisor of the running trial
         self._inbox: "queue.Queue[dict]" = queue.Queue()
@@ -219,6 +194,8 @@ class ScriptSweep(SweepBase):
         return how_runs_start(self.cmd, fresh)
 
     def start_line(self) -> str:
+        if self.cfg.ray:
+            return self._executor.describe()
         return start_line(self.cmd, self.fork, self.fork_why)
 
     @property
@@ -249,7 +226,10 @@ class ScriptSweep(SweepBase):
             self._emit(make("notice", spec.run_id, level="info",
                             message=f"its {self.launcher.name} config: {command.described()}"))
         target = fork_target(command.argv)[0] if self.fork is not None else None
-        child = self._executor.command(command.argv, target, env, self._inbox, log_path)
+        where = self._executor.where(spec.gpu)
+        if where and self.cfg.ray:
+            self._emit(make("notice", spec.run_id, level="info", message=where))
+        child = self._executor.command(command.argv, target, env, self._inbox, log_path, spec.gpu, spec.run_id)
         child.memory_limit = self.memory_capped()
         return self._supervised(spec, child)
 
@@ -259,6 +239,7 @@ class ScriptSweep(SweepBase):
 
     def close(self) -> None:
         try:
+            self._executor.close()
             self.listener.close()
             drops = self.listener.describe_drops()
             if drops:  # events the runs sent that the sweep could not take: their rows miss them

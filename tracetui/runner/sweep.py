@@ -15,7 +15,6 @@ import os
 import re
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -26,10 +25,11 @@ from ..events.schema import ESTIMATE, NOTICE, RUN_FAILED, RUN_STARTED, STEP, SWE
 from ..core.knobs import KNOBS, SHORT
 from ..planning.plan import WAIT, Decision, Measured, Planner, RunSpec, TrialResult
 from ..planning.search import make_planner
-from ..events.log import EventLog
+from ..events.log import EventLog, new_sweep_id
 from ..core.trial import Trial
 from . import worker
 from .executor import executor
+from .onray import ray_executor
 from .runlog import make_log
 from .lifetime import trial_context, ensure_resource_tracker
 from .preflight import device_kind, gpu_model_warnings
@@ -167,7 +167,7 @@ class SweepBase:
     def _lane(self, gpu: int | None) -> None:
         """One lane: the planner's next run, on ``gpu``, until there is none or the sweep stops."""
         try:
-            while not self._stop.is_set() and self.same_failure is None:
+            while not self._stop.is_set() and self.same_failure is None and self._executor.lane_open(gpu):
                 d = self._next_decision()
                 if d is None:
                     return
@@ -306,9 +306,6 @@ class SweepBase:
             return self.measured.references(spec.trial, self.cfg.min_steps)
 
 
-def new_sweep_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
-
 
 class Sweep(SweepBase):
     """Runs the trials of ``cfg`` in spawned worker processes, as its planner decides.
@@ -323,20 +320,23 @@ class Sweep(SweepBase):
     def __init__(self, cfg: SweepConfig, trials: list[Trial], on_event: Callable[[dict], None] | None = None,
                  sweep_id: str | None = None, lanes: list[int | None] | None = None,
                  planner: Planner | None = None):
-        """``lanes``: GPU indices to run trials on at the same time (default: ``cfg.gpus``, or
-        one lane on the configured device)."""
+        """``lanes``: GPUs to run trials on side by side (default: ``cfg.gpus``, or the device)."""
         self.on_event = on_event
         self.sweep_id = sweep_id or new_sweep_id()
         self.dir = Path(cfg.runs_dir) / self.sweep_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = EventLog(self.dir / "events.jsonl")
         self._setup(cfg, trials, planner)
-        self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
-        self._executor = executor(self._ctx)  # how each trial's process starts (:mod:`.executor`)
-        self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
-        self.warnings = gpu_model_warnings(self.lanes)
+        if cfg.ray:  # each trial a Ray task on the cluster's lanes (:mod:`.raycluster`)
+            self._ctx, self._executor = None, ray_executor(cfg, self._device != "cpu", [str(self.dir.resolve())])
+            self.lanes, self.warnings = self._executor.lanes(), []
+        else:
+            self._ctx = trial_context()  # the fork server starts here, before any app owns the terminal
+            self._executor = executor(self._ctx)  # how each trial's process starts (:mod:`.executor`)
+            self.lanes = lanes if lanes is not None else (cfg.gpu_list() or [None])
+            self.warnings = gpu_model_warnings(self.lanes)
         #: head starts: the next run starts during the current one's warm-up (:mod:`.headstarts`)
-        self.head_starts = head_starts_apply(cfg, self.planner, self.lanes, self._device)[0]
+        self.head_starts = not cfg.ray and head_starts_apply(cfg, self.planner, self.lanes, self._device)[0]
         #: the head starts of the running sweep (None: off, or between :meth:`run` calls)
         self._hs: HeadStarts | None = None
         # (under the scheduler's condition) runs waiting to go alone, and whether one goes now
@@ -345,7 +345,9 @@ class Sweep(SweepBase):
         ensure_resource_tracker()
 
     def start_line(self) -> str | None:
-        """One line on how the runs share the device: with head starts."""
+        """One line on how the runs start (on a Ray cluster), or share the device (head starts)."""
+        if self.cfg.ray:
+            return self._executor.describe()
         if not self.head_starts:
             return None
         return (f"head starts: each next run starts during the one before's warm-up ({warmup.words(self.cfg.warmup)}, "
@@ -395,7 +397,10 @@ class Sweep(SweepBase):
         super()._emit(event)
 
     def close(self) -> None:
-        self.log.close()
+        try:
+            self._executor.close()
+        finally:
+            self.log.close()
 
     def _run_one(self, spec: RunSpec, alone: bool = False) -> str:
         """Start ``spec``'s run: with head starts, once it has a seat (:meth:`_seat`), and
@@ -475,8 +480,9 @@ class Sweep(SweepBase):
         if hs is not None:
             hs.starting(spec.run_id, spec.trial.micro_batch)
         log_path = self.dir / (spec.run_id.split("/", 1)[1].replace("#", "_r") + ".log")
-        if spec.gpu is not None:
-            self._emit(make("notice", spec.run_id, level="info", message=f"runs on GPU {spec.gpu}"))
+        where = self._executor.where(spec.gpu)
+        if where:
+            self._emit(make("notice", spec.run_id, level="info", message=where))
         payload = dict(run_id=spec.run_id, config=self.payload_config(spec), trial=spec.trial.fields(),
                        repeat=spec.repeat, gpu=spec.gpu, log_path=str(log_path), why=spec.why, owner_pid=os.getpid(),
                        # the trial's parent: the fork server, or this process for a spawned one
@@ -489,6 +495,6 @@ class Sweep(SweepBase):
             # started beside the run before it (a head start), or the first / after a gap
             payload.update(turn=theirs, head_starts=True, head_start=turns.resident() > 1)
             waiting = lambda: turns.waiting(spec.run_id)  # noqa: E731 - waiting for a turn is no stall
-        child = self._executor.worker(self.target, payload, f"tracetui-{spec.trial.slug(SHORT)}", log_path)
+        child = self._executor.worker(self.target, payload, f"tracetui-{spec.trial.slug(SHORT)}", log_path, spec.gpu)
         child.memory_limit = self.cfg.memory_limit
         return self._supervised(spec, child, waiting)

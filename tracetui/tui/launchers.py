@@ -12,7 +12,8 @@ from pathlib import Path
 from ..core import envvars
 from ..outputs.writer import Outputs
 from ..runner.lifetime import ensure_resource_tracker
-from ..runner.sweep import Sweep, new_sweep_id
+from ..events.log import new_sweep_id
+from ..runner.sweep import Sweep
 from ..core.text import say
 from ..session.exits import EXIT_INTERRUPTED, exit_status, fail_line
 from ..session.headless import no_split_finished, report

@@ -1,0 +1,198 @@
+"""Trials as Ray work (``--ray``) on a real Ray cluster of several nodes on this machine (Ray's
+own ``ray.cluster_utils.Cluster``, started once for the module), against the stand-ins for
+tracetui's worker and for a training script: the same answer as the local runner, rows that
+name their nodes, and faults (a Ray worker killed, a node lost, Ctrl-C) that end the run they
+hit with its reason, keep what was measured, and leave nothing of the sweep on the cluster."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tracetui.analysis import Results
+from tracetui.core.checks import validate
+from tracetui.core.config import ConfigError, SweepConfig
+from tracetui.events.log import read_events
+from tracetui.outputs.writer import Outputs
+
+from .conftest import ROOT, kill_left, read_csv, run_main, wait_until
+from .test_runner_stub import STUB, StubSweep
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+
+#: every process of the module's cluster carries it (its daemons, its workers and what they start)
+MARK = "TRACETUI_TEST_RAY"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node and one more, one CPU each, started once for the module."""
+    os.environ[MARK] = uuid.uuid4().hex
+    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1))
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
+    os.environ.pop(MARK, None)
+
+
+def leftovers() -> list[str]:
+    """The cluster's processes that are a trial's: a task still running one (Ray names its
+    worker process after the task), or a process a trial started (what a worker runs beside
+    Ray's own daemons and idle workers)."""
+    mark = os.environ[MARK].encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if mark in env and ("run_trial" in cmd or "spawn_main" in cmd or "trainer.py" in cmd):
+            found.append(f"{pid}: {cmd[:120]}")
+    return found
+
+
+def _sweep(tmp_path: Path, name: str, on_event=None, **cfg):
+    cfg = SweepConfig(**{**dict(splits="1x4,2x2,4x1", repeats=1, steps=8, warmup=2, device="cpu",
+                                runs_dir=str(tmp_path / name), allow_busy=True), **cfg})
+    sweep = StubSweep(cfg, validate(cfg), on_event=on_event)
+    try:
+        outcomes = sweep.run()
+    finally:
+        sweep.close()
+    return sweep, outcomes, read_events([sweep.log.path]).events
+
+
+def test_a_two_node_sweep_gives_the_local_answer_and_names_its_nodes(cluster, tmp_path):
+    _, _, here = _sweep(tmp_path, "here", head_start=False)
+    sweep, outcomes, there = _sweep(tmp_path, "there", ray=cluster.address)
+    assert set(outcomes.values()) == {"ok"}
+    assert sweep.start_line().startswith("each run starts as a fresh process on the Ray cluster: 2 lanes over 2 nodes")
+    out = Outputs("-", "json")
+    rows = {name: out.rows(Results().extend(events)) for name, events in (("here", here), ("there", there))}
+    keys = ("trial", "status", "step_ms_median", "steps_measured", "recommended")
+    assert [[r[k] for k in keys] for r in rows["there"]] == [[r[k] for k in keys] for r in rows["here"]]
+    assert out.answer(rows["there"]).verdict == out.answer(rows["here"]).verdict
+    assert out.answer(rows["there"]).verdict.startswith("4x1 is 2.41x faster than 1x4")
+    # every row names its node; the two lanes' nodes both ran a run
+    nodes = {r["nodes"] for r in rows["there"]}
+    assert len(nodes) == 2 and all(n and "(" in n for n in nodes)
+    assert all(r["nodes"] is None for r in rows["here"])
+    # the event log is whole: every step of every run, and each run's end
+    assert sum(e["type"] == "step" for e in there) == sum(e["type"] == "step" for e in here) == 24
+    assert sum(e["type"] == "run_finished" for e in there) == 3
+    assert not leftovers()
+
+
+def test_a_script_sweep_runs_on_the_nodes_with_its_probe_there(cluster, tmp_path):
+    proc = run_main("sweep", "--ray", cluster.address, "--runs-dir", tmp_path / "runs", "--export", "csv", "-o",
+                    tmp_path / "out.csv", "--splits", "1x4,2x2,4x1", "--", sys.executable, STUB, "--max_steps", 12)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["trial"]: r for r in read_csv(tmp_path / "out.csv")}
+    assert float(rows["1x4"]["step_ms_median"]) == 41.01 and float(rows["4x1"]["step_ms_median"]) == 17.01
+    assert all(r["status"] == "ok" and r["steps_measured"] == "9" and r["nodes"] for r in rows.values())
+    assert "4x1 is 2.41x faster than 1x4" in proc.stderr
+    assert "each run starts as a fresh process on the Ray cluster" in proc.stderr
+    assert not leftovers()
+
+
+def test_a_killed_ray_worker_ends_its_run_with_the_reason_and_the_sweep_goes_on(cluster, tmp_path):
+    """The Ray worker running 1x4's task is killed (SIGKILL) at its first step: that run is
+    crashed, saying so; the other runs finish; nothing of the sweep is left on the cluster."""
+    killed = []
+
+    def kill_at_first_step(event):
+        if event["type"] == "step" and event["run_id"].endswith("/1x4") and not killed:
+            child = event_pid[event["run_id"]]
+            worker = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+            os.kill(worker, signal.SIGKILL)
+            killed.append(worker)
+        elif event["type"] == "run_started":
+            event_pid[event["run_id"]] = event["pid"]
+
+    event_pid: dict = {}
+    sweep, outcomes, events = _sweep(tmp_path, "killed", on_event=kill_at_first_step, ray=cluster.address)
+    assert killed
+    by_label = {rid.rsplit("/", 1)[1]: status for rid, status in outcomes.items()}
+    assert by_label == {"1x4": "crashed", "2x2": "ok", "4x1": "ok"}
+    (failed,) = [e for e in events if e["type"] == "run_failed"]
+    assert "its Ray worker on node" in failed["message"] and "died" in failed["message"]
+    assert sum(e["type"] == "step" for e in events if not e["run_id"].endswith("/1x4")) == 16
+    wait_until(lambda: not leftovers(), 20)
+
+
+def test_a_lost_node_ends_its_run_and_its_lane_and_the_sweep_goes_on(cluster, tmp_path):
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    lost = []
+
+    def lose_it(event):
+        if event["type"] == "run_started" and event.get("node", "").endswith(f"({node.node_id[:8]})") and not lost:
+            lost.append(event["run_id"])
+            threading.Thread(target=cluster.remove_node, args=(node, False)).start()
+
+    sweep, outcomes, events = _sweep(tmp_path, "lost", on_event=lose_it, ray=cluster.address,
+                                     splits="1x4,2x2,4x1,1x2,2x1", effective_batch=[2, 4])
+    assert lost and outcomes[lost[0]] == "crashed"
+    (failed,) = [e for e in events if e["type"] == "run_failed"]
+    assert failed["run_id"] == lost[0] and "was lost" in failed["message"]
+    assert "its lane takes no more runs" in failed["message"]
+    assert sorted(s for rid, s in outcomes.items() if rid != lost[0]) == ["ok"] * 4
+    ran_on = {e["node"] for e in events if e["type"] == "run_started" and e["run_id"] != lost[0]}
+    assert not any(n.endswith(f"({node.node_id[:8]})") for n in ran_on)
+    wait_until(lambda: not leftovers(), 20)
+
+
+def test_ctrl_c_cancels_every_task_and_keeps_what_was_measured(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    argv = ["sweep", "--ray", cluster.address, "--runs-dir", runs, "--export", "csv", "-o", tmp_path / "out.csv",
+            "--splits", "1x4,4x1", "--repeats", 1, "--", sys.executable, STUB, "--max_steps", 400, "--stub_step_ms", 50]
+    proc = subprocess.Popen([sys.executable, "-m", "tracetui", *map(str, argv)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        def stepping():
+            logs = list(runs.glob("*/events.jsonl"))
+            return bool(logs) and logs[0].read_text().count('"step"') >= 10
+        try:
+            wait_until(stepping, 120)
+        except AssertionError:
+            proc.kill()
+            pytest.fail("no steps in 120 s: " + proc.communicate()[1][-3000:])
+        assert leftovers()  # (the runs are there to be cancelled)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        kill_left(proc)
+    assert proc.returncode == 130, err
+    rows = read_csv(tmp_path / "out.csv")
+    assert rows and all(r["status"] == "interrupted" for r in rows), err
+    assert sum(int(r["steps_measured"] or 0) for r in rows) > 0
+    wait_until(lambda: not leftovers(), 20)
+
+
+def test_a_trial_no_node_can_take_is_one_line(cluster, tmp_path):
+    from tracetui.runner import raycluster
+
+    with pytest.raises(ConfigError) as err:
+        raycluster.connect(cluster.address, 2, True, [str(tmp_path)])
+    assert str(err.value).startswith("--ray: no node of the cluster can take a trial (node ")
+    assert "0 GPUs, a trial needs 2" in str(err.value)
+
+
+def test_ray_not_installed_is_one_line_and_exit_2(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None\nfrom tracetui.cli.main import main\n"
+            f"sys.exit(main(['sweep', '--ray', '--runs-dir', {str(tmp_path)!r}, '--', sys.executable, {str(STUB)!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("tracetui: error: --ray: Ray is not installed here") and "pip install" in line

@@ -1,0 +1,115 @@
+"""What a trial runs as on a Ray node (``--ray``, :mod:`.raycluster` on the driver's side).
+
+One Ray task per run: it starts the run's own process there as a local sweep would start a fresh
+one (:class:`~.executor.FreshExecutor`: tracetui's worker in a fresh interpreter, or the user's
+command with the probe on its path and a socket of the task's own), and relays what the run says
+to the driver through the sweep's event hub (a Ray actor): events in batches, and the signals the
+driver's supervisor sends back (SIGTERM to stop, SIGKILL after it). When the run's process has
+gone, the task ends what it left on the node and returns its exit status and its log.
+
+Nothing here holds a driver's path: the run's log is written on the node and sent back whole
+(up to :data:`LOG_BACK`), its socket is made here, and its ``PYTHONPATH`` names this node's
+tracetui.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+
+from ..core import envvars
+from ..events.sockpath import private_socket
+from ..events.wire import SocketListener
+from .executor import FreshExecutor
+from .probeenv import probe_env
+from .supervise import DRAIN_S, log_tail
+
+#: how often the relay sends a batch of events, and asks the hub for signals (seconds)
+SEND_EVERY_S = 0.1
+#: the most of a run's log that travels back to the driver (its end)
+LOG_BACK = 4 * 2**20
+
+
+def node_facts(folders: list[str]) -> dict:
+    """This node as a trial placed here would find it: its name, and which of the driver's
+    ``folders`` (the working folder, the runs folder) exist here."""
+    return dict(host=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(),
+                missing=[f for f in folders if not os.path.isdir(f)])
+
+
+def run_trial(kind: str, args: dict, run_id: str, hub) -> dict:
+    """Run one trial here (``kind``: ``worker`` or ``command``), relaying its events to ``hub``;
+    its exit status and its log once its process has gone."""
+    folder = Path(tempfile.mkdtemp(prefix="tracetui-ray-"))
+    log_path = folder / "run.log"
+    listener = None
+    try:
+        if kind == "worker":
+            child = _worker(args, log_path)
+        else:
+            listener, child = _command(args, log_path, folder)
+        child.start()
+        _relay(child, run_id, hub)
+        child.reap()
+        child.end()
+        return dict(exitcode=child.exitcode(), log=log_tail(log_path, LOG_BACK), host=socket.gethostname())
+    finally:
+        if listener is not None:
+            listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _worker(args: dict, log_path: Path):
+    payload = dict(args["payload"], log_path=str(log_path), parent_pid=os.getpid(), owner_pid=os.getpid())
+    gpus = ray.get_gpu_ids()
+    payload["gpu"] = int(gpus[0]) if gpus else None  # the GPU Ray gave this task
+    return FreshExecutor(multiprocessing.get_context("spawn")).worker(args["target"], payload, args["name"], log_path)
+
+
+def _command(args: dict, log_path: Path, folder: Path):
+    """The user's command with this node's probe: the driver's additions to its environment
+    over this node's own, the socket and the owner made here."""
+    inbox: queue.Queue = queue.Queue()
+    _, sock = private_socket("tracetui-ray-", "run.sock")
+    listener = SocketListener(sock, inbox.put, origin=None).start()
+    added = {k: v for k, v in args["env_added"].items() if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
+    env = probe_env(sock, 0)  # (the warm-up the driver set comes with its additions)
+    env.update({k: v for k, v in added.items() if k not in (envvars.SOCKET, envvars.OWNER_PID)})
+    if args.get("cwd"):
+        os.chdir(args["cwd"])
+    return listener, FreshExecutor().command(args["argv"], None, env, inbox, log_path)
+
+
+def _relay(child, run_id: str, hub) -> None:
+    """Pass the run's events to the hub in batches, and the hub's signals to the run, until its
+    process has gone and its last events (:data:`~.supervise.DRAIN_S`) are sent."""
+    batch: list = []
+    sent = time.monotonic()
+    gone_at = None
+    while True:
+        event = child.next_event(0.05)
+        if event is not None:
+            batch.append(event)
+        now = time.monotonic()
+        if now - sent >= SEND_EVERY_S or (event is None and gone_at is not None):
+            if batch:
+                ray.get(hub.put.remote(run_id, batch))
+                batch = []
+            for sig in ray.get(hub.signals_for.remote(run_id)):
+                child.signal(sig)
+            sent = now
+        if event is None and not child.alive():
+            gone_at = gone_at or now
+            if now - gone_at > DRAIN_S:
+                break
+    if batch:
+        ray.get(hub.put.remote(run_id, batch))
+

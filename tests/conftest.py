@@ -319,6 +319,11 @@ async def pilot_until(pilot, predicate, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
 
 
+#: a file each scenario's wall time is appended to, if set (``TT_SCENARIO_TIMES=/tmp/t.txt pytest
+#: ...``): which scenarios are the long ones, to name in :func:`scenarios`'s ``first``
+SCENARIO_TIMES = os.environ.get("TT_SCENARIO_TIMES")
+
+
 def side_by_side(tmp_path_factory, scenarios: dict, most: int | None = None) -> dict:
     """Run each scenario (a function of a fresh folder), ``most`` at a time (all at once if None),
     in the order given, each in a thread, and return what each returned, or the exception it
@@ -339,10 +344,14 @@ def side_by_side(tmp_path_factory, scenarios: dict, most: int | None = None) -> 
                 if not queue:
                     return
                 name = queue.pop()
+            t0 = time.monotonic()
             try:
                 results[name] = scenarios[name](folders[name])
             except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
                 results[name] = exc
+            if SCENARIO_TIMES:  # (appended whole: one write of one line, from whichever thread)
+                with open(SCENARIO_TIMES, "a") as fh:
+                    fh.write(f"{time.monotonic() - t0:7.1f} s  {name}\n")
 
     threads = [threading.Thread(target=work, daemon=True) for _ in range(min(most or len(names), len(names)))]
     for t in threads:
@@ -363,9 +372,10 @@ def scenarios(module: str, table: dict, first=()) -> dict:
     """A test module's scenarios: functions of a fresh folder that start real processes (a sweep,
     a script, a watcher) and return what they saw, for its tests to check. Every module's that the
     session tests run side by side, :data:`SCENARIOS_AT_ONCE` at a time, those named in ``first``
-    (the longest) before the rest (:func:`scenario_results`): what one group of them leaves of the
-    two cores, another's take. Only for scenarios whose checks do not depend on how busy the
-    machine is."""
+    (the longest, longest first; :data:`SCENARIO_TIMES` says which) before the rest
+    (:func:`scenario_results`): what one group of them leaves of the two cores, another's take,
+    and the pool does not end on a long one started last. Only for scenarios whose checks do not
+    depend on how busy the machine is."""
     _SCENARIOS[module] = {"first": [k for k in first], "table": table}
     return table
 
@@ -391,7 +401,10 @@ def _start_scenarios(session) -> None:
 
     wanted = sorted({item.module.__name__ for item in session.items if _reads_scenarios(item)})
     registered = [(m, _SCENARIOS[m]) for m in wanted if m in _SCENARIOS]
-    order = [(m, k) for m, r in registered for k in r["first"]]
+    # the ``first`` of the modules taken in turns (each module's longest, then each one's next):
+    # the longest start together, and the short ones fill the slots they leave at the end
+    deepest = max((len(r["first"]) for _m, r in registered), default=0)
+    order = [(m, r["first"][i]) for i in range(deepest) for m, r in registered if i < len(r["first"])]
     order += [(m, k) for m, r in registered for k in r["table"] if (m, k) not in order]
     tables = dict(registered)
     factory = session.config._tmp_path_factory  # (what the tmp_path_factory fixture returns)

@@ -344,4 +344,4 @@ def test_a_script_that_trains_twice_is_measured_once(scripts):
 
 
 scenarios(__name__, {"watched": _script_reports_to_watch, "listener killed": _listener_killed_mid_run,
-                     "search": _script_sweep_searching, "trains twice": _script_that_trains_twice}, first=["search"])
+                     "search": _script_sweep_searching, "trains twice": _script_that_trains_twice}, first=["search", "listener killed"])

@@ -342,7 +342,7 @@ def _builtin_sweep(d: Path, tmp_path: Path) -> dict:
 
 
 scenarios(__name__, {"script": lambda t: _script_sweep(tiny_local(t), t),
-                     "builtin": lambda t: _builtin_sweep(tiny_local(t), t)}, first=["script"])
+                     "builtin": lambda t: _builtin_sweep(tiny_local(t), t)}, first=["script", "builtin"])
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 point answers --help without the heavy libraries."""
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,15 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache  # (the tests below read each file; none changes a tree)
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
 def _import_nodes(path: Path, where: str = "anywhere") -> list[ast.stmt]:
     """The import statements of a file: ``anywhere``, at its ``top`` only, or ``inside`` functions."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     if where == "top":
         return [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     nested = [n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)]
@@ -174,7 +181,7 @@ def test_modules_and_functions_stay_short():
         if text.count("\n") > MODULE_LINES:
             long.append(f"{name}: {text.count(chr(10))} lines (split it by job)")
         lines = text.splitlines()
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 size = node.end_lineno - node.lineno + 1
                 if size > FUNCTION_LINES and "# long:" not in lines[node.lineno - 1]:

@@ -716,4 +716,4 @@ scenarios(__name__, {
     "ctrl-c twice": _ctrl_c_twice,
     **{("same output", start): lambda d, start=start: _second_sweep_on_the_same_output(d, start)
        for start in ("spawn", "forkserver")},
-}, first=["stalled"])
+}, first=["stalled", "importing trl", "ctrl-c twice"])

@@ -4,16 +4,17 @@ The planner and the supervisor are the local sweep's; only where a trial's proce
 changes. :class:`Cluster` connects (``auto``: the running cluster; ``local``: a Ray started for
 the command and stopped with it; else an address) and makes one lane per place a trial fits:
 per alive node, its GPUs divided by a trial's world size (a DDP trial's processes on one node),
-or one lane on a node without GPUs. Each lane is pinned to its node (Ray's node affinity, not
-soft), so a node's runs never overlap and its busy rules are its own. :class:`RayExecutor` starts
-a run as one Ray task on its lane's node (:func:`.raynode.run_trial`), which starts the run's own
-fresh process there; :class:`RayChild` is that task as the supervisor sees it.
+or one lane on a node without GPUs. Each lane is a Ray actor pinned to its node (Ray's node
+affinity, not soft) that holds the lane's GPUs and a fork server (:class:`.raynode.LaneRunner`),
+so a node's runs never overlap, its busy rules are its own, and each run is forked with the
+libraries imported, as locally. :class:`RayExecutor` starts a run as a call of its lane's
+runner; :class:`RayChild` is that call as the supervisor sees it.
 
 Events come back through Ray: the trial's task sends them in batches to the sweep's event hub
 (:class:`EventHub`, an actor), which one thread of the driver drains into
 each run's own queue. Signals go the other way through the hub, which lives on the head node. A task whose worker or node
 dies ends its run as ``crashed``, with the reason, and a lost node's lane takes no more runs.
-:meth:`Cluster.close` cancels every task the command submitted and removes the hub; a Ray
+:meth:`Cluster.close` ends every lane's runner (and what runs there) and removes the hub; a Ray
 started for the command is stopped.
 """
 
@@ -39,9 +40,11 @@ from .supervise import KILL_AFTER_S, Child
 
 #: how often the driver drains the hub (seconds)
 DRAIN_EVERY_S = 0.05
+#: how long the lanes' runners have to end what runs there before they are killed
+CLOSE_WITHIN_S = 10.0
 #: how long a node has to say what it has (:meth:`Cluster._facts`) before it is left out
 FACTS_WITHIN_S = 60.0
-#: how long a task has to go after SIGKILL was asked through the hub before Ray cancels it
+#: how long a run has to go after SIGKILL was asked through the hub before its lane's runner is killed
 CANCEL_AFTER_S = 5.0
 
 
@@ -86,15 +89,16 @@ class Lane:
 class Cluster:
     """The Ray cluster a sweep's trials run on (see the module's note)."""
 
-    def __init__(self, address: str, world_size: int, want_gpus: bool, folders: list[str]):
+    def __init__(self, address: str, world_size: int, want_gpus: bool, folders: list[str], fresh: bool = False):
         self.started_here = address == "local"
         ray.init(address=None if self.started_here else address, include_dashboard=False,
                  log_to_driver=False, configure_logging=False, ignore_reinit_error=False)
         self.hub = EventHub.options(scheduling_strategy=self._here()).remote()
         self.world_size = world_size
         self.lanes, self.refused = self._lanes(world_size, want_gpus, folders)
+        self.fresh = fresh
+        self._runners: dict[int, object] = {}  # lane -> its LaneRunner actor, made at its first run
         self._queues: dict[str, queue_mod.Queue] = {}
-        self._refs: dict[str, ray.ObjectRef] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._drainer = threading.Thread(target=self._drain, name="tracetui-ray-hub", daemon=True)
@@ -148,20 +152,37 @@ class Cluster:
     def describe(self) -> str:
         nodes = sorted({lane.name for lane in self.lanes})
         where = "a Ray started for this command" if self.started_here else "the Ray cluster"
-        return (f"each run starts as a fresh process on {where}: {len(self.lanes)} lanes over {len(nodes)} nodes "
+        how = ("as a fresh process (--fresh)" if self.fresh else
+               "forked from its lane's fork server (the libraries imported once per lane; --fresh: not)")
+        return (f"each run starts {how} on {where}: {len(self.lanes)} lanes over {len(nodes)} nodes "
                 f"({', '.join(nodes)}); its events come back through Ray")
 
     # ---- runs ------------------------------------------------------------------------------
-    def submit(self, lane: Lane, kind: str, args: dict, run_id: str) -> ray.ObjectRef:
+    def submit(self, lane: int, kind: str, args: dict, run_id: str) -> ray.ObjectRef:
         inbox: queue_mod.Queue = queue_mod.Queue()
         with self._lock:
             self._queues[run_id] = inbox
-        options = dict(num_cpus=0 if lane.gpus else 1, num_gpus=lane.gpus, max_retries=0,
-                       scheduling_strategy=NodeAffinitySchedulingStrategy(lane.node_id, soft=False))
-        ref = ray.remote(raynode.run_trial).options(**options).remote(kind, args, run_id, self.hub)
+        return self._runner(lane).run.remote(kind, args, run_id, self.hub)
+
+    def _runner(self, lane: int):
+        """The lane's runner, made at its first run (and again after one was lost or ended)."""
         with self._lock:
-            self._refs[run_id] = ref
-        return ref
+            if lane not in self._runners:
+                place = self.lanes[lane]
+                self._runners[lane] = ray.remote(raynode.LaneRunner).options(
+                    num_cpus=0 if place.gpus else 1, num_gpus=place.gpus, max_restarts=0, max_task_retries=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(place.node_id, soft=False)).remote(self.fresh)
+            return self._runners[lane]
+
+    def end_lane_runner(self, lane: int) -> None:
+        """Kill the lane's runner (a run that would not end): its fork server and runs with it."""
+        with self._lock:
+            runner = self._runners.pop(lane, None)
+        if runner is not None:
+            try:
+                ray.kill(runner)
+            except ray.exceptions.RayError:
+                pass  # (gone with its node)
 
     def inbox(self, run_id: str) -> queue_mod.Queue:
         with self._lock:
@@ -172,7 +193,6 @@ class Cluster:
 
     def done(self, run_id: str) -> None:
         with self._lock:
-            self._refs.pop(run_id, None)
             self._queues.pop(run_id, None)
 
     def _drain(self) -> None:
@@ -191,11 +211,19 @@ class Cluster:
                         inbox.put(event)
 
     def close(self) -> None:
-        """Cancel every task still there, remove the hub, and stop a Ray started here."""
+        """End every lane's runner (and what runs there), remove the hub, and stop a Ray started here."""
         with self._lock:
-            refs = list(self._refs.values())
-        for ref in refs:
-            ray.cancel(ref, force=True)
+            runners = list(self._runners.values())
+            self._runners.clear()
+        try:  # each ends what its runs left and its fork server, then goes
+            ray.get([runner.close.remote() for runner in runners], timeout=CLOSE_WITHIN_S)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            pass  # (a runner lost or stuck: killed below, its runs and server die with it)
+        for runner in runners:
+            try:
+                ray.kill(runner)
+            except ray.exceptions.RayError:
+                pass  # (gone with its node)
         self._closed.set()
         self._drainer.join(timeout=5)
         ray.kill(self.hub)
@@ -205,9 +233,10 @@ class Cluster:
 class RayChild(Child):
     """One run's Ray task, as the supervisor sees it (:class:`~.supervise.Child`)."""
 
-    def __init__(self, cluster: Cluster, lane: Lane, kind: str, args: dict, run_id: str, log_path: Path):
+    def __init__(self, cluster: Cluster, lane: int, kind: str, args: dict, run_id: str, log_path: Path):
         super().__init__(log_path)
-        self.cluster, self.lane, self.kind, self.args, self.run_id = cluster, lane, kind, args, run_id
+        self.cluster, self.lane_index, self.lane = cluster, lane, cluster.lanes[lane]
+        self.kind, self.args, self.run_id = kind, args, run_id
         if kind == "command":
             self.exit_kind, self.linger_s = "error", 120.0
             self.silent_exit = "the script finished but no Trainer reported: does it train with transformers' Trainer?"
@@ -216,7 +245,7 @@ class RayChild(Child):
         self.kill_at: float | None = None
 
     def start(self) -> None:
-        self.ref = self.cluster.submit(self.lane, self.kind, self.args, self.run_id)
+        self.ref = self.cluster.submit(self.lane_index, self.kind, self.args, self.run_id)
 
     def _poll(self, timeout: float = 0.0) -> dict | None:
         if self.result is None and self.ref is not None:
@@ -230,12 +259,16 @@ class RayChild(Child):
 
     def _lost(self, exc: Exception) -> str:
         where = f"node {self.lane.name}"
-        if isinstance(exc, ray.exceptions.TaskCancelledError):
-            return f"its Ray task on {where} was cancelled"
-        if isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.TaskUnschedulableError)) or not self._node_alive():
+        if isinstance(exc, (ray.exceptions.ActorDiedError, ray.exceptions.WorkerCrashedError)):
+            self.cluster.end_lane_runner(self.lane_index)  # (the lane's next run gets a new one)
+        if isinstance(exc, (ray.exceptions.NodeDiedError, ray.exceptions.TaskUnschedulableError,
+                            ray.exceptions.ActorUnschedulableError)) or not self._node_alive():
             self.lane.alive = False
             return f"{where} was lost ({type(exc).__name__}); its lane takes no more runs"
-        if isinstance(exc, ray.exceptions.WorkerCrashedError):
+        if isinstance(exc, ray.exceptions.ActorUnavailableError):  # (before Ray has marked a node gone)
+            self.lane.alive = False
+            return f"{where} was lost or cannot be reached ({type(exc).__name__}); its lane takes no more runs"
+        if isinstance(exc, (ray.exceptions.ActorDiedError, ray.exceptions.WorkerCrashedError)):
             return f"its Ray worker on {where} died (killed from outside, or out of memory)"
         first = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
         return f"its Ray task on {where} failed: {first}"
@@ -245,7 +278,7 @@ class RayChild(Child):
 
     def alive(self) -> bool:
         if self.kill_at is not None and time.monotonic() > self.kill_at and self.result is None:
-            ray.cancel(self.ref, force=True)  # asked to die through the hub and did not: Ray ends it
+            self.cluster.end_lane_runner(self.lane_index)  # asked to die through the hub and did not
             self.kill_at = None
         return self.ref is not None and self._poll() is None
 
@@ -278,7 +311,7 @@ class RayChild(Child):
 
     def reap(self) -> None:
         if self._poll(timeout=KILL_AFTER_S + 5) is None and self.ref is not None:
-            ray.cancel(self.ref, force=True)
+            self.cluster.end_lane_runner(self.lane_index)
             self._poll(timeout=10)
 
     def end(self) -> str:
@@ -322,7 +355,7 @@ class RayExecutor:
 
     def worker(self, target: Callable, payload: dict, name: str, log_path: Path, lane: int | None = None) -> Child:
         args = dict(target=target, payload=payload, name=name)
-        return RayChild(self.cluster, self.cluster.lanes[lane or 0], "worker", args, payload["run_id"], log_path)
+        return RayChild(self.cluster, lane or 0, "worker", args, payload["run_id"], log_path)
 
     def command(self, argv: list[str], target: ForkTarget | None, env: dict, inbox, log_path: Path,
                 lane: int | None = None, run_id: str = "") -> Child:
@@ -330,14 +363,14 @@ class RayExecutor:
         # of tracetui's); the rest is the node's own, as Ray gives it
         added = {k: v for k, v in env.items() if os.environ.get(k) != v or k.startswith("TRACETUI_")}
         args = dict(argv=argv, env_added=added, cwd=os.getcwd())
-        return RayChild(self.cluster, self.cluster.lanes[lane or 0], "command", args, run_id, log_path)
+        return RayChild(self.cluster, lane or 0, "command", args, run_id, log_path)
 
 
-def connect(address: str, world_size: int, want_gpus: bool, folders: list[str]) -> Cluster:
+def connect(address: str, world_size: int, want_gpus: bool, folders: list[str], fresh: bool = False) -> Cluster:
     """The cluster for ``--ray ADDRESS``, with at least one lane; a :class:`ConfigError` naming
-    why there is none, or why Ray cannot be reached."""
+    why there is none, or why Ray cannot be reached. ``fresh``: each run a fresh process."""
     try:
-        cluster = Cluster(address, world_size, want_gpus, folders)
+        cluster = Cluster(address, world_size, want_gpus, folders, fresh)
     except ConnectionError as exc:
         raise ConfigError("--ray", f"cannot reach a Ray cluster at {address} ({exc})",
                           "start one (ray start --head) or give its address; --ray alone starts one here") from None

@@ -1,11 +1,14 @@
 """What a trial runs as on a Ray node (``--ray``, :mod:`.raycluster` on the driver's side).
 
-One Ray task per run: it starts the run's own process there as a local sweep would start a fresh
-one (:class:`~.executor.FreshExecutor`: tracetui's worker in a fresh interpreter, or the user's
-command with the probe on its path and a socket of the task's own), and relays what the run says
-to the driver through the sweep's event hub (a Ray actor): events in batches, and the signals the
+One :class:`LaneRunner` per lane, a Ray actor pinned to the lane's node and holding its GPUs,
+runs the lane's trials one at a time. It holds a fork server of tracetui's, started once with
+the libraries imported (:mod:`.lifetime`), and forks each run's process from it as a local
+sweep does; with ``--fresh``, or where forking is off, each run starts as a fresh process
+(:class:`~.executor.FreshExecutor`). A run's process is tracetui's worker, or the user's command
+with the probe on its path and a socket of this node's. The runner relays what the run says to
+the driver through the sweep's event hub (a Ray actor): events in batches, and the signals the
 driver's supervisor sends back (SIGTERM to stop, SIGKILL after it). When the run's process has
-gone, the task ends what it left on the node and returns its exit status and its log.
+gone, it ends what the run left on the node and returns its exit status and its log.
 
 Nothing here holds a driver's path: the run's log is written on the node and sent back whole
 (up to :data:`LOG_BACK`), its socket is made here, and its ``PYTHONPATH`` names this node's
@@ -28,7 +31,10 @@ import ray
 from ..core import envvars
 from ..events.sockpath import private_socket
 from ..events.wire import SocketListener
-from .executor import FreshExecutor
+from ..launch.fork import fork_target
+from .executor import FreshExecutor, executor
+from .leftovers import end_every_run
+from .lifetime import stop_server, trial_context
 from .probeenv import probe_env
 from .supervise import DRAIN_S, log_tail
 
@@ -45,47 +51,58 @@ def node_facts(folders: list[str]) -> dict:
                 missing=[f for f in folders if not os.path.isdir(f)])
 
 
-def run_trial(kind: str, args: dict, run_id: str, hub) -> dict:
-    """Run one trial here (``kind``: ``worker`` or ``command``), relaying its events to ``hub``;
-    its exit status and its log once its process has gone."""
-    folder = Path(tempfile.mkdtemp(prefix="tracetui-ray-"))
-    log_path = folder / "run.log"
-    listener = None
-    try:
-        if kind == "worker":
-            child = _worker(args, log_path)
-        else:
-            listener, child = _command(args, log_path, folder)
-        child.start()
-        _relay(child, run_id, hub)
-        child.reap()
-        child.end()
-        return dict(exitcode=child.exitcode(), log=log_tail(log_path, LOG_BACK), host=socket.gethostname())
-    finally:
-        if listener is not None:
-            listener.close()
-        shutil.rmtree(folder, ignore_errors=True)
+class LaneRunner:
+    """One lane's runs on its node (see the module's note); ``fresh``: each run a fresh process."""
 
+    def __init__(self, fresh: bool):
+        self.executor = FreshExecutor(multiprocessing.get_context("spawn")) if fresh else executor(trial_context())
 
-def _worker(args: dict, log_path: Path):
-    payload = dict(args["payload"], log_path=str(log_path), parent_pid=os.getpid(), owner_pid=os.getpid())
-    gpus = ray.get_gpu_ids()
-    payload["gpu"] = int(gpus[0]) if gpus else None  # the GPU Ray gave this task
-    return FreshExecutor(multiprocessing.get_context("spawn")).worker(args["target"], payload, args["name"], log_path)
+    def run(self, kind: str, args: dict, run_id: str, hub) -> dict:
+        """Run one trial here (``kind``: ``worker`` or ``command``), relaying its events to
+        ``hub``; its exit status and its log once its process has gone."""
+        folder = Path(tempfile.mkdtemp(prefix="tracetui-ray-"))
+        log_path = folder / "run.log"
+        listener = None
+        try:
+            if kind == "worker":
+                child = self._worker(args, log_path)
+            else:
+                listener, child = self._command(args, log_path)
+            child.start()
+            _relay(child, run_id, hub)
+            child.reap()
+            child.end()
+            return dict(exitcode=child.exitcode(), log=log_tail(log_path, LOG_BACK), host=socket.gethostname())
+        finally:
+            if listener is not None:
+                listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
 
+    def close(self) -> None:
+        """Before the runner goes: whatever a run left here, and the fork server, ended now
+        (killed with the runner, the server would outlive it by its own shutdown)."""
+        end_every_run()
+        stop_server()
 
-def _command(args: dict, log_path: Path, folder: Path):
-    """The user's command with this node's probe: the driver's additions to its environment
-    over this node's own, the socket and the owner made here."""
-    inbox: queue.Queue = queue.Queue()
-    _, sock = private_socket("tracetui-ray-", "run.sock")
-    listener = SocketListener(sock, inbox.put, origin=None).start()
-    added = {k: v for k, v in args["env_added"].items() if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
-    env = probe_env(sock, 0)  # (the warm-up the driver set comes with its additions)
-    env.update({k: v for k, v in added.items() if k not in (envvars.SOCKET, envvars.OWNER_PID)})
-    if args.get("cwd"):
+    def _worker(self, args: dict, log_path: Path):
+        payload = dict(args["payload"], log_path=str(log_path), parent_pid=self.executor.parent_pid(),
+                       owner_pid=os.getpid())
+        gpus = ray.get_gpu_ids()
+        payload["gpu"] = int(gpus[0]) if gpus else None  # the GPU Ray gave this lane
+        return self.executor.worker(args["target"], payload, args["name"], log_path)
+
+    def _command(self, args: dict, log_path: Path):
+        """The user's command with this node's probe: the driver's additions to its environment
+        over this node's own, the socket and the owner made here."""
+        inbox: queue.Queue = queue.Queue()
+        _, sock = private_socket("tracetui-ray-", "run.sock")
+        listener = SocketListener(sock, inbox.put, origin=None).start()
+        added = {k: v for k, v in args["env_added"].items() if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
+        env = probe_env(sock, 0)  # (the warm-up the driver set comes with its additions)
+        env.update({k: v for k, v in added.items() if k not in (envvars.SOCKET, envvars.OWNER_PID)})
         os.chdir(args["cwd"])
-    return listener, FreshExecutor().command(args["argv"], None, env, inbox, log_path)
+        target = fork_target(args["argv"])[0] if self.executor.forked else None
+        return listener, self.executor.command(args["argv"], target, env, inbox, log_path)
 
 
 def _relay(child, run_id: str, hub) -> None:

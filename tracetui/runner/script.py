@@ -169,7 +169,8 @@ class ScriptSweep(SweepBase):
         self._setup(cfg, trials, planner)
         if cfg.ray:  # each run a Ray task on the cluster's lanes (:mod:`.raycluster`)
             self.fork, self.fork_why, self._ctx = None, "--ray", None
-            self._executor = ray_executor(cfg, self._device != "cpu", [os.getcwd(), str(self.dir.resolve())])
+            self._executor = ray_executor(cfg, self._device != "cpu", [os.getcwd(), str(self.dir.resolve())],
+                                          fresh=fresh)
             self.lanes = self._executor.lanes()
         else:  # the fork server starts here, before any app owns the terminal
             self._ctx = trial_context() if self.fork is not None else None

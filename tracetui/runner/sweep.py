@@ -31,7 +31,7 @@ from . import worker
 from .executor import executor
 from .onray import ray_executor
 from .runlog import make_log
-from .lifetime import trial_context, ensure_resource_tracker
+from .lifetime import ensure_resource_tracker, trial_context
 from .preflight import device_kind, gpu_model_warnings
 from .supervise import Child, supervise
 from .headstarts import LANES_PER_DEVICE, HeadStarts, head_starts_apply

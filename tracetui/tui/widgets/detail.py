@@ -164,6 +164,9 @@ class DetailPane(Pane):
         text.append(head, style="bold")
         if where:
             text.append(f" on {where}")
+        node = (run.started.get("node") if run is not None else None) or (row.get("nodes") if row else None)
+        if node:  # (--ray: the node it ran on; a split's row: the nodes of its runs)
+            text.append(f" · node {node}")
         status = run.status if run is not None else row["status"]
         text.append(" · ")
         text.append(status, style=STATUS_STYLE.get(status, ""))

@@ -117,6 +117,13 @@ h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its 
   done
 }
 
+h200_ray() {  # --ray on a one-node cluster (a Ray started for the command) against the local runner, the same sweep
+  # in the same call, each whole command against its steps; plain TRL beside
+  for s in 4x1 1x4; do plain --model qwen3-1.7b --seq-len 512 --split $s --steps 25 --warmup 5; done
+  wall local $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 2 --steps 30
+  wall ray $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 2 --steps 30 --ray
+}
+
 h200_knobs() {  # split x checkpointing x Liger (needs liger-kernel), QLoRA (needs bitsandbytes), plain TRL beside
   local m="--model qwen3-1.7b --seq-len 1024 --dataset synthetic-ragged --precision bf16 --effective-batch 16 --repeats 1"
   sweep knobs.json $m --steps 12 --warmup 3 --splits 2x8,4x4,8x2,16x1 --vary activation_checkpointing=on,off \
@@ -297,7 +304,7 @@ trial_start_cpu() { to trial_start_cpu.txt $PY benchmarks/trial_start.py --devic
 tui_throughput() { to tui_throughput.txt $PY benchmarks/tui_throughput.py --seconds 6; }
 watch_flood() { to watch_flood.txt $PY benchmarks/watch_flood.py --events 1000000; }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_ray h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood"
 TWO_GPUS="h200x2_parallel h200x2_ddp h200x2_fsdp"

@@ -40,6 +40,9 @@ from .supervise import KILL_AFTER_S, Child
 
 #: how often the driver drains the hub (seconds)
 DRAIN_EVERY_S = 0.05
+#: how often a run's supervisor asks Ray whether the run's call still runs (seconds): a call into
+#: Ray each time, and it asks after every event (benchmarks/ray_events.py measured the difference)
+ALIVE_EVERY_S = 0.05
 #: how long the lanes' runners have to end what runs there before they are killed
 CLOSE_WITHIN_S = 10.0
 #: how long a node has to say what it has (:meth:`Cluster._facts`) before it is left out
@@ -56,8 +59,11 @@ class EventHub:
         self.events: list = []
         self.signals: dict[str, list[int]] = {}
 
-    def put(self, run_id: str, batch: list) -> None:
-        self.events.append((run_id, batch))
+    def put(self, run_id: str, batch: list) -> list[int]:
+        """A run's events in; the signals waiting for it out (one call a relay interval)."""
+        if batch:
+            self.events.append((run_id, batch))
+        return self.signals.pop(run_id, [])
 
     def take(self) -> list:
         out, self.events = self.events, []
@@ -66,8 +72,6 @@ class EventHub:
     def signal(self, run_id: str, sig: int) -> None:
         self.signals.setdefault(run_id, []).append(sig)
 
-    def signals_for(self, run_id: str) -> list[int]:
-        return self.signals.pop(run_id, [])
 
 
 @dataclass
@@ -243,6 +247,7 @@ class RayChild(Child):
         self.ref: ray.ObjectRef | None = None
         self.result: dict | None = None
         self.kill_at: float | None = None
+        self.asked_at = 0.0  # when Ray was last asked whether the call still runs
 
     def start(self) -> None:
         self.ref = self.cluster.submit(self.lane_index, self.kind, self.args, self.run_id)
@@ -277,10 +282,18 @@ class RayChild(Child):
         return any(n["NodeID"] == self.lane.node_id and n.get("Alive") for n in ray.nodes())
 
     def alive(self) -> bool:
-        if self.kill_at is not None and time.monotonic() > self.kill_at and self.result is None:
+        """Whether its call still runs: asked of Ray at most every :data:`ALIVE_EVERY_S` (the
+        supervisor asks after every event, and each asking costs a call into Ray)."""
+        now = time.monotonic()
+        if self.kill_at is not None and now > self.kill_at and self.result is None:
             self.cluster.end_lane_runner(self.lane_index)  # asked to die through the hub and did not
             self.kill_at = None
-        return self.ref is not None and self._poll() is None
+        if self.ref is None:
+            return False
+        if self.result is None and now - self.asked_at >= ALIVE_EVERY_S:
+            self.asked_at = now
+            self._poll()
+        return self.result is None
 
     def exitcode(self) -> int | None:
         result = self._poll()

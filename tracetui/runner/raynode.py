@@ -117,12 +117,9 @@ def _relay(child, run_id: str, hub) -> None:
             batch.append(event)
         now = time.monotonic()
         if now - sent >= SEND_EVERY_S or (event is None and gone_at is not None):
-            if batch:
-                ray.get(hub.put.remote(run_id, batch))
-                batch = []
-            for sig in ray.get(hub.signals_for.remote(run_id)):
+            for sig in ray.get(hub.put.remote(run_id, batch)):  # (one call: the events in, the signals out)
                 child.signal(sig)
-            sent = now
+            batch, sent = [], now
         if event is None and not child.alive():
             gone_at = gone_at or now
             if now - gone_at > DRAIN_S:

@@ -303,10 +303,15 @@ h200x2_fsdp() {  # FSDP against DDP on qwen3-8b over two GPUs; a memory limit on
 trial_start_cpu() { to trial_start_cpu.txt $PY benchmarks/trial_start.py --device cpu --trials 3 --top 25; }
 tui_throughput() { to tui_throughput.txt $PY benchmarks/tui_throughput.py --seconds 6; }
 watch_flood() { to watch_flood.txt $PY benchmarks/watch_flood.py --events 1000000; }
+ray_events() {  # the driver's events/s and memory per trial through --ray, a Ray cluster of 8 small nodes here
+  to ray_events.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 2000 --cached-alive-ms 50 --costs
+  to ray_events_small.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 100 --stall-ms 2
+}
 
 ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_ray h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
-  h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood"
+  h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood
+  ray_events"
 TWO_GPUS="h200x2_parallel h200x2_ddp h200x2_fsdp"
 ALL=" $(echo $ONE_GPU $TWO_GPUS) "
 

@@ -56,6 +56,27 @@ def run(spec: dict, mp_queue) -> None:
     os._exit(0)
 
 
+def flood(spec: dict, mp_queue) -> None:
+    """:func:`run` without its turns and without its sleeps: ``config["steps"]`` step events (each
+    as :func:`run` reports one) as fast as the sink takes them, then the run's end; for measuring
+    how many events a sweep's path carries (``benchmarks/ray_events.py``)."""
+    sink = QueueSink(mp_queue)
+    run_id, cfg, trial = spec["run_id"], spec["config"], Trial.from_fields(spec["trial"])
+    mb, ga, steps, warmup = trial.micro_batch, trial.grad_accum, cfg["steps"], cfg["warmup"]
+    sink.emit(make(RUN_STARTED, run_id, label=trial.label(), **trial.fields(), repeat=spec.get("repeat", 0),
+                   pid=os.getpid(), rank=0, precision="fp32", env={"device": "cpu", "cpu_count": 2},
+                   config={"steps": steps, "warmup": warmup}))
+    for step in range(1, steps + 1):
+        now = time.time()
+        sink.emit(make(STEP, run_id, step=step, warmup=step <= warmup, t_begin=now, t_end=now,
+                       **step_fields(mb, ga, step)))
+    sink.emit(make(RUN_FINISHED, run_id, train_runtime_s=steps * STEP_S, steps=steps, stopped_early=False))
+    sink.close(run_id=run_id)
+    mp_queue.close()
+    mp_queue.join_thread()
+    os._exit(0)
+
+
 def detach_then_run(spec: dict, mp_queue) -> None:
     """:func:`run`, after detaching two daemons into the runs folder (:mod:`tests.stubs.daemons`)."""
     from .daemons import detach

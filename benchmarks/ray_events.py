@@ -16,14 +16,12 @@ local and the machine's load.
 
 ``--stall-ms MS`` adds an arm ``ray_stalled``: the same Ray sweep with a listener that takes MS
 milliseconds per step event (a slow monitor): how far the driver falls behind, and what piles up
-in its memory meanwhile. ``--cached-alive-ms MS`` adds an arm ``ray_alive_cached``: the same Ray sweep with the
-supervisor asking Ray whether a run's task is running at most every MS (patched in this process
-only), to see what that question costs per event. ``--costs`` adds the per-call costs on the driver's path: ``ray.wait`` on
-a running task (what the supervisor asks of a Ray run after each of its events), a round trip to
-the event hub, and the hub's calls/s with one caller per node (each run's relay makes two every
+in its memory meanwhile. ``--costs`` adds the per-call costs on the driver's path: ``ray.wait`` on
+a running task (what a Ray run's supervisor asks, at most every ``ALIVE_EVERY_S``), a round trip
+to the event hub, and the hub's calls/s with one caller per node (each run's relay makes one every
 ``SEND_EVERY_S``).
 
-    python benchmarks/ray_events.py [--nodes 8] [--trials 48] [--steps 2000] [--cached-alive-ms 50] [--stall-ms 1]
+    python benchmarks/ray_events.py [--nodes 8] [--trials 48] [--steps 2000] [--stall-ms 1]
                                    [--costs]
 """
 
@@ -158,25 +156,6 @@ def arm(name: str, args, runs_dir: Path, stall_ms: float = 0.0, **cfg) -> dict:
     )
 
 
-def cache_alive(every_s: float):
-    """What if a Ray run's supervisor asked Ray whether its task is running at most every
-    ``every_s``, not after each event (:meth:`~tracetui.runner.raycluster.RayChild.alive`, in
-    this process only); undo with the function returned."""
-    from tracetui.runner.raycluster import RayChild
-
-    real = RayChild.alive
-
-    def alive(self) -> bool:
-        now = time.monotonic()
-        if self.result is None and now - getattr(self, "_asked_at", 0.0) < every_s:
-            return True
-        self._asked_at = now
-        return real(self)
-
-    RayChild.alive = alive
-    return lambda: setattr(RayChild, "alive", real)
-
-
 def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
@@ -198,14 +177,14 @@ def costs(address: str, nodes: int, calls: int) -> dict:
         wait_us = (time.perf_counter() - t0) / calls * 1e6
         t0 = time.perf_counter()
         for _ in range(calls // 4):
-            ray.get(hub.signals_for.remote("x"))
+            ray.get(hub.put.remote("x", []))
         round_trip_us = (time.perf_counter() - t0) / (calls // 4) * 1e6
 
         @ray.remote(num_cpus=0)
         def caller(hub, n: int) -> float:
             t = time.perf_counter()
             for _ in range(n):
-                ray.get(hub.signals_for.remote("x"))
+                ray.get(hub.put.remote("x", []))
             return time.perf_counter() - t
 
         t0 = time.perf_counter()
@@ -236,8 +215,6 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=2000, help="step events each run sends")
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--stall-ms", type=float, default=0.0, help="also a Ray sweep whose listener takes MS per step")
-    ap.add_argument("--cached-alive-ms", type=float, default=0.0,
-                    help="also a Ray sweep whose supervisors ask Ray whether a run's task runs at most every MS")
     ap.add_argument("--costs", action="store_true", help="also the per-call costs of the Ray path")
     ap.add_argument("--no-local", action="store_true", help="skip the local runner's arm")
     args = ap.parse_args()
@@ -253,13 +230,6 @@ def main() -> int:
         try:
             lines["ray"] = arm("ray", args, Path(tmp), ray=cluster.address)
             print(json.dumps(lines["ray"]), flush=True)
-            if args.cached_alive_ms:
-                undo = cache_alive(args.cached_alive_ms / 1000)
-                try:
-                    lines["cached"] = arm("ray_alive_cached", args, Path(tmp), ray=cluster.address)
-                finally:
-                    undo()
-                print(json.dumps(dict(lines["cached"], cached_alive_ms=args.cached_alive_ms)), flush=True)
             if args.stall_ms:
                 lines["stalled"] = arm("ray_stalled", args, Path(tmp), args.stall_ms, ray=cluster.address)
                 print(json.dumps(lines["stalled"]), flush=True)

@@ -124,6 +124,12 @@ h200_ray() {  # --ray on a one-node cluster (a Ray started for the command) agai
   wall ray $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 2 --steps 30 --ray
 }
 
+h200_ray_lanes() {  # (of h200_ray) once each lane forks its runs from a fork server of its own: both whole commands
+  # again, in one call, one run a split
+  wall local $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 1 --steps 30
+  wall ray $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 1 --steps 30 --ray
+}
+
 h200_knobs() {  # split x checkpointing x Liger (needs liger-kernel), QLoRA (needs bitsandbytes), plain TRL beside
   local m="--model qwen3-1.7b --seq-len 1024 --dataset synthetic-ragged --precision bf16 --effective-batch 16 --repeats 1"
   sweep knobs.json $m --steps 12 --warmup 3 --splits 2x8,4x4,8x2,16x1 --vary activation_checkpointing=on,off \
@@ -304,11 +310,11 @@ trial_start_cpu() { to trial_start_cpu.txt $PY benchmarks/trial_start.py --devic
 tui_throughput() { to tui_throughput.txt $PY benchmarks/tui_throughput.py --seconds 6; }
 watch_flood() { to watch_flood.txt $PY benchmarks/watch_flood.py --events 1000000; }
 ray_events() {  # the driver's events/s and memory per trial through --ray, a Ray cluster of 8 small nodes here
-  to ray_events.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 2000 --cached-alive-ms 50 --costs
+  to ray_events.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 2000 --costs
   to ray_events_small.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 100 --stall-ms 2
 }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_ray h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood
   ray_events"

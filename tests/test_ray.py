@@ -183,7 +183,8 @@ def test_a_lost_node_ends_its_run_and_its_lane_and_the_sweep_goes_on(cluster, tm
     wait_until(lambda: not leftovers(), 20)
 
 
-def test_ctrl_c_cancels_every_task_and_keeps_what_was_measured(cluster, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["ctrl-c", "hang-up"])
+def test_ctrl_c_or_a_hang_up_cancels_every_task_and_keeps_what_was_measured(cluster, tmp_path, sig):
     runs = tmp_path / "runs"
     argv = ["sweep", "--ray", cluster.address, "--runs-dir", runs, "--export", "csv", "-o", tmp_path / "out.csv",
             "--splits", "1x4,4x1", "--repeats", 1, "--", sys.executable, STUB, "--max_steps", 400, "--stub_step_ms", 50]
@@ -200,11 +201,11 @@ def test_ctrl_c_cancels_every_task_and_keeps_what_was_measured(cluster, tmp_path
             proc.kill()
             pytest.fail("no steps in 120 s: " + proc.communicate()[1][-3000:])
         assert leftovers()  # (the runs are there to be cancelled)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=90)
     finally:
         kill_left(proc)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + sig, err
     rows = read_csv(tmp_path / "out.csv")
     assert rows and all(r["status"] == "interrupted" for r in rows), err
     assert sum(int(r["steps_measured"] or 0) for r in rows) > 0
@@ -227,3 +228,21 @@ def test_ray_not_installed_is_one_line_and_exit_2(tmp_path):
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("tracetui: error: --ray: Ray is not installed here") and "pip install" in line
+
+
+def test_ray_with_this_machines_gpus_or_nnodes_is_one_line(tmp_path):
+    for flags, first in ((["--gpus", "0"], "tracetui: error: --gpus: picks this machine's GPUs, but --ray"),
+                         (["--nnodes", "2", "--rdzv-endpoint", "h:1"], "tracetui: error: --nnodes: spreads a trial")):
+        proc = run_main("--ray", *flags, "--dry-run", "--runs-dir", tmp_path)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+        assert proc.stderr.startswith(first), proc.stderr
+
+
+def test_the_search_over_two_nodes_picks_as_the_local_search(cluster, tmp_path):
+    """``--search`` hands its runs to the cluster's lanes as to local ones: the same pick."""
+    picks = {}
+    for name, extra in (("here", dict(head_start=False)), ("there", dict(ray=cluster.address))):
+        _, outcomes, events = _sweep(tmp_path, name, search=True, splits="1x8,2x4,4x2,8x1", effective_batch=[8], **extra)
+        rows = Outputs("-", "json").rows(Results().extend(events))
+        picks[name] = ([r["trial"] for r in rows if r["recommended"]], sorted(outcomes.values()))
+    assert picks["there"] == picks["here"] and picks["here"][0] == ["8x1"], picks

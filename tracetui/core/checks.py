@@ -199,6 +199,12 @@ def _check_gpus(cfg: SweepConfig) -> None:
     if gpus and cfg.world_size > 1 and len(gpus) < cfg.nproc_per_node:
         raise ConfigError("--gpus", f"lists {len(gpus)} GPU(s) for --nproc-per-node {cfg.nproc_per_node}",
                           "list at least one GPU per process")
+    if gpus and cfg.ray:
+        raise ConfigError("--gpus", "picks this machine's GPUs, but --ray runs the trials on the cluster's, "
+                                    "as Ray gives them", "drop one of them")
+    if cfg.ray and cfg.nnodes > 1:
+        raise ConfigError("--nnodes", "spreads a trial over machines by hand, but --ray keeps each trial on one "
+                                      "node", "drop --nnodes (or --ray)")
 
 
 def _check_effective_batches(cfg: SweepConfig) -> None:

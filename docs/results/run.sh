@@ -311,7 +311,8 @@ tui_throughput() { to tui_throughput.txt $PY benchmarks/tui_throughput.py --seco
 watch_flood() { to watch_flood.txt $PY benchmarks/watch_flood.py --events 1000000; }
 ray_events() {  # the driver's events/s and memory per trial through --ray, a Ray cluster of 8 small nodes here
   to ray_events.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 2000 --costs
-  to ray_events_small.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 100 --stall-ms 2
+  x ray_events.txt $PY benchmarks/ray_events.py --nodes 8 --trials 48 --steps 100 --stall-ms 2 >> "$D/ray_events.txt" \
+    2>> "$D/stderr.txt"
 }
 
 ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check

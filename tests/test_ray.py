@@ -4,7 +4,10 @@ tracetui's worker and for a training script: the same answer as the local runner
 name their nodes, and faults (a Ray worker killed, a node lost, Ctrl-C) that end the run they
 hit with its reason, keep what was measured, and leave nothing of the sweep on the cluster."""
 
+import contextlib
+import io
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -21,7 +24,7 @@ from tracetui.core.config import ConfigError, SweepConfig
 from tracetui.events.log import read_events
 from tracetui.outputs.writer import Outputs
 from tracetui.tui.app import TraceApp
-from tracetui.tui.sources import ReplaySource
+from tracetui.tui.sources import PreparingSource, ReplaySource
 from tracetui.tui.widgets import DetailPane
 
 from .conftest import ROOT, kill_left, read_csv, run_main, wait_until
@@ -246,3 +249,37 @@ def test_the_search_over_two_nodes_picks_as_the_local_search(cluster, tmp_path):
         rows = Outputs("-", "json").rows(Results().extend(events))
         picks[name] = ([r["trial"] for r in rows if r["recommended"]], sorted(outcomes.values()))
     assert picks["there"] == picks["here"] and picks["here"][0] == ["8x1"], picks
+
+
+def test_a_sweep_built_where_stderr_is_no_file_connects_and_keeps_rays_lines_apart(cluster, tmp_path):
+    """The monitor builds its sweep on a thread while stderr is Textual's capture, which has no
+    file behind it (Ray's fault handler wanted one: the build died there, the monitor kept saying
+    "checking"). Ray's own start-up lines go to the sweep's ray.log, not over the monitor."""
+    said, got = io.StringIO(), {}
+
+    def build():
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            cfg = SweepConfig(splits="1x4", repeats=1, steps=2, warmup=0, device="cpu", allow_busy=True,
+                              runs_dir=str(tmp_path), ray=cluster.address)
+            sweep = StubSweep(cfg, validate(cfg))
+            got["line"] = sweep.start_line()
+            sweep.close()
+            got["log"] = (sweep.dir / "ray.log").read_text()
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join(120)
+    assert got.get("line", "").startswith("each run starts forked from its lane's fork server"), got
+    assert said.getvalue() == "" and "log" in got
+
+
+def test_a_monitor_whose_sweep_cannot_be_built_says_why():
+    """Whatever stops the monitor's sweep from being built is its one line, not a thread that
+    died while the monitor kept saying what it checks."""
+    def build():
+        raise RuntimeError("no way")
+
+    source, done = PreparingSource(build), threading.Event()
+    source.on_done = done.set
+    source.start(queue.Queue())
+    assert done.wait(10) and source.error == "could not start the sweep: RuntimeError: no way"

@@ -20,6 +20,7 @@ started for the command is stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue as queue_mod
 import signal
@@ -94,9 +95,14 @@ class Cluster:
     """The Ray cluster a sweep's trials run on (see the module's note)."""
 
     def __init__(self, address: str, world_size: int, want_gpus: bool, folders: list[str], fresh: bool = False):
+        """``folders``: what every node must see, the sweep's own folder last (its ``ray.log``)."""
         self.started_here = address == "local"
-        ray.init(address=None if self.started_here else address, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False, ignore_reinit_error=False)
+        # what Ray says as it starts goes to the sweep's ray.log, not over the monitor or the
+        # headless lines; and Ray's fault handler needs a file behind stderr (a monitor's is not)
+        self.log = open(Path(folders[-1]) / "ray.log", "a", encoding="utf-8")  # (kept open: the fault handler writes there)
+        with contextlib.redirect_stderr(self.log), contextlib.redirect_stdout(self.log):
+            ray.init(address=None if self.started_here else address, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False, ignore_reinit_error=False)
         self.hub = EventHub.options(scheduling_strategy=self._here()).remote()
         self.world_size = world_size
         self.lanes, self.refused = self._lanes(world_size, want_gpus, folders)

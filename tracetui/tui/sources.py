@@ -174,6 +174,9 @@ class PreparingSource(SweepSource):
             except ConfigError as exc:
                 self.error = str(exc)
                 return
+            except Exception as exc:  # noqa: BLE001 - said as the monitor's one line, as a refusal is
+                self.error = f"could not start the sweep: {type(exc).__name__}: {exc}"
+                return
             sweep.on_event = inbox.put
             self.sweep = sweep
             if self.on_ready is not None:

@@ -59,9 +59,6 @@ class Executor(Protocol):
     def where(self, lane: int | None) -> str | None:
         """Where a run on ``lane`` runs, in words (None: nothing to say)."""
 
-    def node(self, lane: int | None) -> str | None:
-        """The node a run on ``lane`` runs on, where trials run on several (None: this one)."""
-
     def close(self) -> None:
         """Once the sweep is over: nothing of it left running wherever it ran."""
 
@@ -74,9 +71,6 @@ class _Here:
 
     def where(self, lane: int | None) -> str | None:
         return f"runs on GPU {lane}" if lane is not None else None
-
-    def node(self, lane: int | None) -> str | None:
-        return None
 
     def close(self) -> None:
         pass

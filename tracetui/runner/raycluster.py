@@ -80,7 +80,6 @@ class Lane:
     """A place one trial runs at a time: a node, and the GPUs a trial takes there."""
 
     node_id: str
-    host: str
     address: str
     gpus: int
     alive: bool = True
@@ -137,7 +136,7 @@ class Cluster:
                 refused.append(f"node {address}: {have} GPUs, a trial needs {world}")
             else:
                 count = have // world if want_gpus else 1
-                lanes += [Lane(node["NodeID"], fact["host"], address, world if want_gpus else 0) for _ in range(count)]
+                lanes += [Lane(node["NodeID"], address, world if want_gpus else 0) for _ in range(count)]
         return lanes, refused
 
     @staticmethod
@@ -210,9 +209,7 @@ class Cluster:
             try:
                 taken = ray.get(self.hub.take.remote())
             except ray.exceptions.RayError:
-                if self._closed.is_set():
-                    return
-                raise
+                return  # (closed; or the hub lost with the head node: each run's call fails on it, and says so)
             for run_id, batch in taken:
                 with self._lock:
                     inbox = self._queues.get(run_id)
@@ -358,9 +355,6 @@ class RayExecutor:
 
     def where(self, lane: int | None) -> str | None:
         return f"runs on node {self.cluster.lanes[lane].name}" if lane is not None else None
-
-    def node(self, lane: int | None) -> str | None:
-        return self.cluster.lanes[lane].name if lane is not None else None
 
     def parent_pid(self) -> int:
         return os.getpid()

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import queue
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -45,10 +44,9 @@ LOG_BACK = 4 * 2**20
 
 
 def node_facts(folders: list[str]) -> dict:
-    """This node as a trial placed here would find it: its name, and which of the driver's
-    ``folders`` (the working folder, the runs folder) exist here."""
-    return dict(host=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(),
-                missing=[f for f in folders if not os.path.isdir(f)])
+    """This node as a trial placed here would find it: which of the driver's ``folders`` (the
+    working folder, the runs folder) do not exist here."""
+    return dict(missing=[f for f in folders if not os.path.isdir(f)])
 
 
 class LaneRunner:
@@ -72,7 +70,7 @@ class LaneRunner:
             _relay(child, run_id, hub)
             child.reap()
             child.end()
-            return dict(exitcode=child.exitcode(), log=log_tail(log_path, LOG_BACK), host=socket.gethostname())
+            return dict(exitcode=child.exitcode(), log=log_tail(log_path, LOG_BACK))
         finally:
             if listener is not None:
                 listener.close()

@@ -283,3 +283,14 @@ def test_a_monitor_whose_sweep_cannot_be_built_says_why():
     source.on_done = done.set
     source.start(queue.Queue())
     assert done.wait(10) and source.error == "could not start the sweep: RuntimeError: no way"
+
+
+def test_an_address_that_takes_no_connection_is_one_line_before_anything_runs(tmp_path):
+    """Ray itself retries an address that does not answer for minutes: refused in seconds."""
+    for sub in ([], ["sweep"]):
+        tail = ["--", sys.executable, str(STUB)] if sub else []
+        proc = run_main(*sub, "--ray", "127.0.0.1:1", "--export", "csv", "-o", tmp_path / "o.csv", "--runs-dir",
+                        tmp_path / "runs", *tail)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+        assert proc.stderr.startswith("tracetui: error: --ray: cannot reach a Ray cluster at 127.0.0.1:1 ("), proc.stderr
+        assert not (tmp_path / "o.csv").exists()

@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     sweep = None
     if cfg.world_size > 1:
-        sweep = DdpSweep(cfg, splits)
+        try:
+            sweep = DdpSweep(cfg, splits)
+        except ConfigError as exc:  # (where the runs would go refused it: --ray's cluster)
+            return fail_line(str(exc))
     if ns.export:
         return run_headless(cfg, splits, ns, sweep=sweep)
     from ..tui.launchers import run_app

@@ -6,6 +6,8 @@ folder (:func:`check_runs_dir`). Each refusal is one :class:`~tracetui.core.conf
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 from dataclasses import fields
 from pathlib import Path
@@ -202,6 +204,9 @@ def _check_gpus(cfg: SweepConfig) -> None:
     if gpus and cfg.ray:
         raise ConfigError("--gpus", "picks this machine's GPUs, but --ray runs the trials on the cluster's, "
                                     "as Ray gives them", "drop one of them")
+    if cfg.ray and importlib.util.find_spec("ray") is None:
+        raise ConfigError("--ray", "Ray is not installed here", "pip install 'tracetui[ray]' (in a checkout: "
+                                                                "pip install -e '.[ray]')")
     if cfg.ray and cfg.nnodes > 1:
         raise ConfigError("--nnodes", "spreads a trial over machines by hand, but --ray keeps each trial on one "
                                       "node", "drop --nnodes (or --ray)")

@@ -5,13 +5,13 @@ said and the exit status for it.
 from __future__ import annotations
 
 from ..analysis import LIVE_STATUSES, Results, time_line, time_spent
-from ..core.config import SweepConfig
+from ..core.config import ConfigError, SweepConfig
 from ..core.text import say
 from ..events.log import EventLog
 from ..events.schema import SWEEP, make
 from ..outputs.writer import Outputs
 from ..runner.sweep import Sweep
-from .exits import EXIT_USAGE, exit_status
+from .exits import EXIT_USAGE, exit_status, fail_line
 from .output_paths import release_outputs
 from .progress import progress_printer
 from .signals import StopSignals
@@ -52,7 +52,10 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
     results = Results()
     # A script sweep's step count is the script's own (it arrives with each run_started).
     if sweep is None:
-        sweep = Sweep(cfg, splits)
+        try:
+            sweep = Sweep(cfg, splits)
+        except ConfigError as exc:  # (where the runs would go refused it: --ray's cluster)
+            return fail_line(str(exc))
         signals.stop = sweep.stop
     planned = sweep.planned()
     printer = progress_printer(len(planned) if planned is not None else 0,

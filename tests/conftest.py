@@ -264,13 +264,13 @@ def short_tmp():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def wait_until(pred, timeout=120):
-    """Poll ``pred`` until it is true; fail after ``timeout`` seconds."""
+def wait_until(pred, timeout=120, interval=0.1):
+    """Poll ``pred`` every ``interval`` seconds until it is true; fail after ``timeout`` seconds."""
     t0 = time.monotonic()
     while not pred():
         if time.monotonic() - t0 > timeout:
             raise AssertionError("timed out")
-        time.sleep(0.1)
+        time.sleep(interval)
 
 
 HOLD_IMPORT = textwrap.dedent("""

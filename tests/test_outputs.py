@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,7 @@ def _monitor_in_a_terminal(folder: Path) -> dict:
     args = ["--effective-batch", 2, "--splits", "1x2,2x1", "--steps", 8, "--warmup", 2, "--repeats", 1,
             "--seq-len", 32, "--runs-dir", runs, "-o", folder / "out.json", "--steps-csv", folder / "steps.csv",
             "--emit-config", folder / "best.yaml", "--allow-busy"]
+    started = time.time()
     with _terminal(args, folder) as (proc, master, screen):
         def ended():
             logs = list(runs.glob("*/events.jsonl"))
@@ -215,8 +217,11 @@ def _monitor_in_a_terminal(folder: Path) -> dict:
         wait_until(ended, timeout=600)
         assert proc.poll() is None, bytes(screen)[-2000:]
         wait_until(lambda: b"use " in screen or b"no clear difference" in screen or b"faster" in screen, timeout=60)
+        time.sleep(2.0)  # the answer read on the screen: the time after the sweep is the monitor's, to its quit
         os.write(master, b"q")
-    return dict(code=proc.returncode, text=bytes(screen).decode(errors="replace"), folder=folder)
+        wait_until(lambda: proc.poll() is not None, timeout=120, interval=0.02)
+        outside = time.time() - started
+    return dict(code=proc.returncode, text=bytes(screen).decode(errors="replace"), folder=folder, outside=outside)
 
 
 def _run_one_command(folder: Path) -> dict:
@@ -252,6 +257,19 @@ def test_the_monitor_of_a_real_sweep_in_a_terminal_writes_json_steps_and_config(
     assert read_csv(folder / "steps.csv")
     config = (folder / "best.yaml").read_text()
     assert "per_device_train_batch_size:" in config and data["emitted_config"] == str(folder / "best.yaml")
+    # the account runs from the process's start to its quit, the monitor's time after the sweep
+    # named as such: its total is the command's time measured from outside, but for what follows
+    # the outputs written (Textual giving the terminal back, the interpreter's exit: about 0.4 s
+    # here; an account that ended with the sweep would be 2 s short); a replay gives the same
+    (spent,) = data["time"]
+    assert spent["monitor_open_s"] >= 2.0 and "outputs_s" not in spent
+    assert spent["command_s"] == pytest.approx(got["outside"], rel=0.01, abs=0.8)
+    assert f"tracetui: time: {spent['command_s']:.1f} s, " in text
+    (log,) = (folder / "runs").glob("*/events.jsonl")
+    again = folder / "again.json"
+    proc = run_cli("show", log, "--export", "json", "-o", again)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(again.read_text())["time"] == [spent]
 
 
 def _send_events(path: str, events: list[dict]) -> None:

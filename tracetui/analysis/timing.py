@@ -15,10 +15,11 @@ def time_spent(results: Results) -> list[dict]:
     covered, the same where one run steps at a time) against what lay before its first step (of
     which the fork server's library imports, the checks, the first run's start), between its
     runs, between the steps of one run, and after its last step. Those parts and
-    ``stepping_s`` add up to ``command_s``. Where the command that ran the sweep marked its exit
-    (:func:`mark_exit`: the process's end, after the summary, the config and the closing lines),
-    the account runs to it, and ``outputs_s`` is what lay after the sweep's end; else it ends
-    with the sweep (a log read later). Steps after the sweep's end (a run the monitor's
+    ``stepping_s`` add up to ``command_s``. Where the command that ran the sweep marked its end
+    (:func:`mark_exit`), the account runs to it: headless, its exit (``outputs_s``: the summary,
+    the config and the closing lines after the sweep's end); in the monitor, its quit
+    (``monitor_open_s``: the monitor open after the sweep's end until ``q``, and the outputs
+    written then). A log read later without either ends with the sweep. Steps after the sweep's end (a run the monitor's
     ``r`` made again) are not the sweep's. One dict per sweep that said when it ran (``sweep``
     events), in its order; seconds."""
     out = []
@@ -28,11 +29,22 @@ def time_spent(results: Results) -> list[dict]:
     return out
 
 
-def mark_exit(results: Results, sweep_id: str | None) -> None:
+#: the mark that ends a command's account (:func:`mark_exit`) -> its part after the sweep's end
+END_MARKS = {"exit": "outputs_s", "quit": "monitor_open_s"}
+
+
+def mark_exit(results: Results, sweep_id: str | None, mark: str = "exit") -> None:
     """Sweep ``sweep_id``'s command ends now: its account runs to here (:func:`time_spent`). Said
-    by the command that ran the sweep, in its own process, once its outputs are written."""
+    by the command that ran the sweep, in its own process, once its outputs are written;
+    ``mark``: ``exit`` headless, ``quit`` in the monitor (:data:`END_MARKS`)."""
     if sweep_id in results.sweep_times:
-        results.sweep_times[sweep_id]["exit"] = time.time()
+        results.sweep_times[sweep_id][mark] = time.time()
+
+
+def end_mark(results: Results, sweep_id: str | None) -> tuple[str, float] | None:
+    """The mark that ended sweep ``sweep_id``'s account, and when; None if none did."""
+    marks = results.sweep_times.get(sweep_id, {})
+    return next(((k, marks[k]) for k in END_MARKS if k in marks), None)
 
 
 def step_span(s: dict) -> tuple[float, float]:
@@ -43,7 +55,7 @@ def step_span(s: dict) -> tuple[float, float]:
 
 def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     end = marks.get("ended")
-    last = marks.get("exit") or end
+    last = next((marks[k] for k in END_MARKS if k in marks), end)
     spans = sorted((b, e, s["wall_ms"] / 1000.0, bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps
                    if s.get("rank", 0) == 0 for b, e in (step_span(s),) if end is None or e <= end + 0.5)
     # (a sweep started from Python, not by the command: from the earliest of its marks)
@@ -56,8 +68,9 @@ def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
                            "steps_s": round(sum(w for *_, w, _, _ in spans), 2),
                            "warmup_steps_s": round(sum(w for *_, w, warm, _ in spans if warm), 2),
                            "libraries_s": secs("server", "libraries"), "checks_s": secs("libraries", "checked")}
-    if "exit" in marks:  # (a log of an earlier release, or read from Python, has no exit mark)
-        got["outputs_s"] = secs("ended", "exit")
+    for mark, key in END_MARKS.items():  # (a log of an earlier release, or read from Python, has neither)
+        if mark in marks:
+            got[key] = secs("ended", mark)
     if not spans:
         return got
     got["before_first_step_s"] = round(spans[0][0] - start, 2) if start else None
@@ -102,7 +115,8 @@ def time_line(spent: dict) -> str:
             if spent.get(key) is not None and spent[key] >= 0.05]
         parts.append(f"before the first step {before:.1f} s" + (f" ({', '.join(of)})" if of else ""))
     for key, words in (("between_runs_s", "between runs"), ("within_runs_s", "between a run's steps"),
-                       ("after_last_step_s", "after the last step"), ("outputs_s", "outputs and exit")):
+                       ("after_last_step_s", "after the last step"), ("outputs_s", "outputs and exit"),
+                       ("monitor_open_s", "the monitor open after the sweep, to quit")):
         if spent.get(key) is not None and (spent[key] >= 0.05 or key == "between_runs_s"):
             parts.append(f"{words} {spent[key]:.1f} s")
     return "; ".join(parts)

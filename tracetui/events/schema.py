@@ -131,7 +131,7 @@ _OPTIONAL: dict[str, dict[str, tuple[Any, ...]]] = {
 
 #: keys inside nested objects that tracetui reads, typed like fields (others: plain values)
 _NESTED: dict[str, dict[str, tuple[Any, ...]]] = {
-    "times": {k: _NUM for k in ("command", "server", "libraries", "checked", "sweep", "ended", "exit")},
+    "times": {k: _NUM for k in ("command", "server", "libraries", "checked", "sweep", "ended", "exit", "quit")},
     # warmup: a count, or "auto" (tracetui.core.warmup)
     "config": {"steps": (int, _NONE), "warmup": (int, str, _NONE), "seq_len": (int, _NONE),
                "memory_limit": _NUM + (_NONE,), "model": (str, _NONE), "dataset": (str, _NONE)},

@@ -127,6 +127,8 @@ class Outputs:
         #: the sweep this process ran, whose account runs to its outputs (:func:`mark_exit`); None
         #: for a log read back (``show``, ``watch``), whose account is the sweep's own
         self.own_sweep: str | None = None
+        #: how that command ends (:data:`tracetui.analysis.timing.END_MARKS`): ``quit`` in the monitor
+        self.end_mark = "exit"
         #: the command that ran a built-in sweep (``tracetui ARGS``), where this process is it
         self.sweep_command = clock.command_line() if cfg is not None and not self.cmd else None
         self._own: set[str] = set()
@@ -195,7 +197,7 @@ class Outputs:
         if final:  # the config first: the summary's time account then holds its writing
             done.handoff += self._handoff(answer)
             if self.own_sweep:
-                mark_exit(results, self.own_sweep)
+                mark_exit(results, self.own_sweep, self.end_mark)
         text = FORMATS[self.fmt].write(Summary(rows, answer, lambda: time_spent(results),
                                                lambda: self.handoff_data(answer)))
         for what, path, body in (("summary", self.summary, lambda: text),

@@ -5,6 +5,7 @@ said and the exit status for it.
 from __future__ import annotations
 
 from ..analysis import LIVE_STATUSES, Results, time_line, time_spent
+from ..analysis.timing import end_mark
 from ..core.config import ConfigError, SweepConfig
 from ..core.text import say
 from ..events.log import EventLog
@@ -111,15 +112,15 @@ def _run_headless(cfg: SweepConfig, splits: list, ns, sweep, signals: StopSignal
 def log_exit(results, sweep_id: str | None, path) -> None:
     """Append to the sweep's log the end its account ran to (the outputs written, marked by
     :meth:`tracetui.outputs.writer.Outputs.write`), so that a replay gives the same account."""
-    at = results.sweep_times.get(sweep_id, {}).get("exit")
-    if at is None:
+    end = end_mark(results, sweep_id)
+    if end is None:
         return
     try:
         log = EventLog(path)
     except OSError as exc:
         why = exc.strerror or str(exc)
     else:
-        why = None if log.append(make(SWEEP, sweep_id, times={"exit": at})) else log.error
+        why = None if log.append(make(SWEEP, sweep_id, times=dict([end]))) else log.error
         log.close()
     if why:
         say(f"tracetui: warning: the command's end is not in {path}, so a replay's time account ends with "

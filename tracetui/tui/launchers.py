@@ -16,7 +16,7 @@ from ..events.log import new_sweep_id
 from ..runner.sweep import Sweep
 from ..core.text import say
 from ..session.exits import EXIT_INTERRUPTED, exit_status, fail_line
-from ..session.headless import no_split_finished, report
+from ..session.headless import log_exit, no_split_finished, report, sweep_time_line
 from ..session.loading import deferred_checks
 from ..session.signals import StopSignals
 from ..core.text import clean
@@ -66,11 +66,12 @@ def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
 
     signals = StopSignals(stop=stop)
     try:
-        source, events, planned, subtitle, idle = _sweep_source(
+        source, (sid, events), planned, subtitle, idle = _sweep_source(
             cfg, splits, sweep, checks_deferred, on_ready=lambda built: app.call_from_thread(app.sweep_ready, built))
         if signals.signum:
             source.stop()
         outputs = Outputs.from_args(ns, events, cfg=cfg, cmd=getattr(source.sweep, "user_command", None))
+        outputs.own_sweep, outputs.end_mark = sid, "quit"  # its account runs to the quit (analysis.timing)
         app = TraceApp(source, planned=planned, subtitle=subtitle, outputs=outputs, idle=idle)
         app.signalled = signals.signum
         app.stop_requested = stop
@@ -87,8 +88,8 @@ def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
 
 def _sweep_source(cfg, splits, sweep, checks_deferred: bool, on_ready):
     """The monitor's source for :func:`run_app` (a sweep, or the checks that build one:
-    ``on_ready`` gets it), with its event log's path, the planned trials, the subtitle and the
-    idle screen's words."""
+    ``on_ready`` gets it), with the sweep's id and event log's path, the planned trials, the subtitle and the idle
+    screen's words."""
     if sweep is None and checks_deferred:
         sid = new_sweep_id()
         ensure_resource_tracker()  # now, while sys.stderr is the real one (see Sweep)
@@ -99,12 +100,12 @@ def _sweep_source(cfg, splits, sweep, checks_deferred: bool, on_ready):
 
         idle = (f"checking {cfg.model}, {cfg.dataset} and the device; the first run needs torch, transformers "
                 "and TRL imported (seconds, the first time on a machine longer) ...")
-        return (PreparingSource(build, on_ready=on_ready), Path(cfg.runs_dir) / sid / "events.jsonl", [],
+        return (PreparingSource(build, on_ready=on_ready), (sid, Path(cfg.runs_dir) / sid / "events.jsonl"), [],
                 sweep_subtitle(None, cfg), idle)
     if sweep is None:
         sweep = Sweep(cfg, splits)  # before the app: see Sweep's note on the resource tracker
     planned = [(s.run_id, s.trial) for s in (sweep.planned() or [])]
-    return SweepSource(sweep), sweep.log.path, planned, sweep_subtitle(sweep), ""
+    return SweepSource(sweep), (sweep.sweep_id, sweep.log.path), planned, sweep_subtitle(sweep), ""
 
 
 def _sweep_closed(app: TraceApp, source, signum: int | None, started: float) -> int:
@@ -118,6 +119,7 @@ def _sweep_closed(app: TraceApp, source, signum: int | None, started: float) -> 
             return fail_line(error)
         return fail_line("interrupted before any run started", 128 + (signum or 2) if signum else EXIT_INTERRUPTED)
     sweep.close()
+    log_exit(app.results, app.outputs.own_sweep, sweep.log.path)
     return monitor_exit(app, sweep.log, getattr(sweep, "same_failure", None), signum, started)
 
 
@@ -197,6 +199,9 @@ def monitor_exit(app: TraceApp, log, same_failure: str | None = None, signum: in
         say(f"tracetui: events in {log.path}{took}")
     if app.written is not None:
         report(app.written)
+    line = sweep_time_line(app.results, app.outputs.own_sweep)
+    if line:
+        say(f"tracetui: {line}")
     if log.incomplete:
         say(f"tracetui: error: {log.incomplete_message()}")
     interrupted = app.exit_code > 128

@@ -496,10 +496,15 @@ def test_a_stopped_worker_is_reported_stalled_and_the_sweep_goes_on(stopped_swee
 
 # ---- signals that come at bad moments ---------------------------------------------------------------
 
+def _started(runs: Path) -> bool:
+    """Whether a run of the sweep under ``runs`` has said it started (its worker is up)."""
+    return any('"run_started"' in log.read_text() for log in runs.glob("*/events.jsonl"))
+
+
 def _ctrl_c_twice(folder: Path) -> list[tuple]:
-    """Four real sweeps, each sent Ctrl-C once its run's worker is up (its log exists: a Ctrl-C
-    before that stops a sweep that has nothing to report as interrupted), then again and again
-    every 50 ms until it has gone; what each said and left."""
+    """Four real sweeps, each sent Ctrl-C once its run's worker is up (it has said it started: a
+    Ctrl-C before that, even once the run's log is made, stops a sweep that has no run to report
+    as interrupted), then again and again every 50 ms until it has gone; what each said and left."""
     tries = []
     try:
         for n in range(4):
@@ -511,7 +516,7 @@ def _ctrl_c_twice(folder: Path) -> list[tuple]:
         t0 = time.monotonic()
         while any(proc.poll() is None for _, _, proc in tries):
             for n, (runs, _, proc) in enumerate(tries):
-                if proc.poll() is None and (n in pressed or list(runs.glob("*/*.log"))):
+                if proc.poll() is None and (n in pressed or _started(runs)):
                     pressed.add(n)
                     os.killpg(proc.pid, signal.SIGINT)
             assert time.monotonic() - t0 < 180, f"timed out; pressed in {sorted(pressed)}"

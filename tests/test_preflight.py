@@ -193,12 +193,19 @@ def test_ctrl_c_is_not_held_up_by_a_check_that_takes_long(monkeypatch, capsys):
         stderr = _Said(sys.stderr, "tracetui: still checking")
         monkeypatch.setattr(sys, "stderr", stderr)
         # Ctrl-C once the check has reached the silent hub and tracetui has said what it waits for
-        threading.Thread(target=lambda: (wait_until(lambda: held and stderr.said.is_set(), 60),
-                                         os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+        # (after a minute in any case: the test then fails on what did not happen, not hangs)
+        def interrupt():
+            try:
+                wait_until(lambda: held and stderr.said.is_set(), 60)
+            finally:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt, daemon=True).start()
         ctx = _Recording(trial_context())
         with pytest.raises(KeyboardInterrupt):
             preflight.validate_deep_forked(SweepConfig(model="someone/some-model"), ctx)
         (check,) = ctx.made
+        assert held, "the check never reached the silent hub"
         assert check.exitcode == -signal.SIGKILL  # stopped, not waited for until the hub gave up
         assert "tracetui: still checking someone/some-model and synthetic after 0 s (a hub that does not answer?)" \
             in capsys.readouterr().err

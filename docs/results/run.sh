@@ -104,6 +104,13 @@ h200_time_to_answer() {  # (of h200_folders) the search against the seed's metho
     --seq-len 512 --effective-batch 8 $NOCK
 }
 
+h200_search_e16() {  # the search against the seed's method at effective batch 16 (five splits), the search's time account kept
+  to search_vs_seed.json $PY benchmarks/search_vs_seed.py --out "$D/svs" --limit 480 -- --model llama-3.2-1b \
+    --seq-len 512 --effective-batch 16 $NOCK
+  x "search.json seed.json" cp "$D/svs/search.json" "$D/svs/seed.json" "$D/"
+  x search_events.jsonl.gz gzip_events "$D/svs/runs/search" > "$D/search_events.jsonl.gz"
+}
+
 h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its time account against the time measured from outside
   to fixture.txt $PY benchmarks/trl_cli_fixture.py --model qwen3-0.6b --out "$D/fixture"
   local args=(--model_name_or_path "$D/fixture/model" --dataset_name "$D/fixture/data" --max_length 512 --use_peft
@@ -315,7 +322,7 @@ ray_events() {  # the driver's events/s and memory per trial through --ray, a Ra
     2>> "$D/stderr.txt"
 }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_search_e16 h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood
   ray_events"

@@ -63,6 +63,45 @@ def test_a_search_guesses_its_runs_left_and_narrows_them_as_it_runs():
     after = p.estimate(probes)
     # 2x16 twice (begun), then two more splits that fit (1x32), each twice: 1x32 is the only other
     assert after.runs == 2 + 2 and "from 2 finished run(s)" in after.how
+    # 2x16 measured (both runs): what is left is its one neighbour that fits, 1x32, twice; once
+    # 1x32 is measured too, nothing (the search ends: no split left that it would run)
+    done = probes + [TrialResult(RunSpec(f"s/2x16/{r}", start.trial, r), "ok", [1500.0] * 10, seconds=30.0)
+                     for r in (0, 1)]
+    assert p.next().trial == start.trial  # (its second run)
+    for r in done[2:]:
+        p.record(r)
+    assert p.estimate(done).runs == 2
+    below = p.next()
+    assert below.trial.split == "1x32"
+    done += [TrialResult(RunSpec(f"s/1x32/{r}", below.trial, r), "ok", [2500.0] * 10, seconds=40.0) for r in (0, 1)]
+    assert p.next().trial == below.trial
+    for r in done[-2:]:
+        p.record(r)
+    assert p.estimate(done).runs == 0 and p.next() is not None
+
+
+def test_once_the_best_and_its_neighbours_are_measured_a_search_guesses_no_run_left():
+    """The H200's effective batch 16: the start (the largest micro-batch) measured fastest and its
+    one neighbour clearly slower: the search ends there, and its guess says so, not "two more"."""
+    p = SearchPlanner(_grid(32), repeats=2, limit_gib=1000.0, limit_what="--memory-limit", probe_steps=6)
+    p.pace = Pace(steps=20, seq_len=512, device="cuda")
+    done = []
+
+    def run(step_ms):
+        d = p.next()
+        r = TrialResult(RunSpec(f"s/{d.trial.split}/{d.repeat}", d.trial, d.repeat, steps=d.steps), "ok",
+                        [step_ms(d.trial)] * 10, 20.0 + 15.0 * d.trial.micro_batch, seconds=30.0)
+        p.record(r)
+        done.append(r)
+        return d.trial
+
+    run(lambda t: 100.0 * t.micro_batch)
+    run(lambda t: 100.0 * t.micro_batch)  # the probes: 1x1, 2x1
+    assert [run(lambda t: 2000.0), run(lambda t: 2000.0)] == [Trial(32, 1)] * 2
+    assert p.estimate(done).runs == 2  # its neighbour below, 16x2, twice
+    assert [run(lambda t: 2600.0), run(lambda t: 2600.0)] == [Trial(16, 2)] * 2
+    assert p.estimate(done).runs == 0
+    assert all(d.skip for d in iter(p.next, None))  # (the rest: skipped, none run)
 
 
 def test_a_scripts_sweep_has_no_estimate_before_a_run_and_its_runs_after():

@@ -1,9 +1,11 @@
 """The runs a search has left, guessed (it decides as it goes): for its estimate
 (:meth:`tracetui.planning.plan.Planner.estimate`).
 
-Memory probes not yet run, then per effective batch not finished: :data:`EXPECTED_SPLITS`
-splits in all (the start and its two neighbours), the largest micro-batches predicted to fit
-first, less those already run, each ``--repeats`` times; and the repeats left of splits begun.
+Memory probes not yet run, then per effective batch not finished: before a split of it has
+measured, :data:`EXPECTED_SPLITS` splits in all (the start and its two neighbours), the largest
+micro-batches predicted to fit first, less those begun; once one has, the best's neighbours not
+yet tried that the search would still run (predicted to fit, and not shown unable to win); each
+``--repeats`` times; and the repeats left of splits begun.
 """
 
 from __future__ import annotations
@@ -36,5 +38,13 @@ class SearchAhead:
                 continue
             fresh = [t for t in reversed(group) if t not in begun and t not in self.done
                      and self._fits(fam, t.micro_batch)[0]]
-            out += [(t, None) for t in fresh[:max(0, EXPECTED_SPLITS - len(begun))] for _ in range(self.repeats)]
+            ok = [t for t in group if self._median(t) is not None]
+            if ok:  # the walk from the best so far: its neighbours left, as the search itself decides
+                best = min(ok, key=self._median)
+                i = group.index(best)
+                near = {group[j] for j in (i - 1, i + 1) if 0 <= j < len(group)}
+                fresh = [t for t in fresh if t in near and not self._hopeless(fam, t, best)]
+            else:
+                fresh = fresh[:max(0, EXPECTED_SPLITS - len(begun))]
+            out += [(t, None) for t in fresh for _ in range(self.repeats)]
         return out

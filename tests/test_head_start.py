@@ -1,5 +1,5 @@
-"""Head starts (tracetui.runner.headstarts, the turns of tracetui.runner.turns): each next run of a grid starts while the one
-before takes its warm-up steps, and waits, built, for its turn.
+"""Head starts (tracetui.runner.headstarts, the turns of tracetui.runner.turns): each next run of a grid (of a search:
+each it has decided already) starts while the one before takes its warm-up steps, and waits, built, for its turn.
 
 Real sweeps of the tiny preset on the CPU: real forked workers, real pipes to the coordinator,
 a real trainer in each; and the coordinator's rules with real pipes."""
@@ -158,8 +158,48 @@ def test_when_runs_get_head_starts():
     assert "no probe" in head_starts_apply(SweepConfig(probe=False), grid, [None], "cuda")[1]
     assert "torchrun" in head_starts_apply(SweepConfig(nproc_per_node=2), grid, [None], "cuda")[1]
     assert head_starts_apply(SweepConfig(), GridPlanner(trials[:1], 1), [None], "cuda") == (False, "one run")
-    search_cfg = SweepConfig(search=True)
-    assert "search" in head_starts_apply(search_cfg, make_planner(search_cfg, trials), [None], "cuda")[1]
+    search_cfg = SweepConfig(search=True)  # (it decides as it goes: more than one run)
+    assert head_starts_apply(search_cfg, make_planner(search_cfg, trials), [None], "cuda") == (True, "")
+
+
+def test_a_search_starts_early_only_what_it_has_decided_and_picks_as_without(tmp_path):
+    """The stand-in worker's search of effective batch 8 on the CPU (no memory bound: no probes;
+    the largest micro-batch, then its neighbour): each split's second run, decided with its first,
+    is built during the first's warm-up and steps after it; a split the search decides from the
+    runs before it starts once they have ended. The same runs and pick as without head starts."""
+    from .test_runner_stub import StubSweep
+    from tracetui.analysis import Results
+    from tracetui.core.checks import validate
+    from tracetui.outputs.writer import Outputs
+
+    got = {}
+    for name, head in (("with", True), ("without", False)):
+        cfg = SweepConfig(splits="1x8,2x4,4x2,8x1", effective_batch=[8], search=True, repeats=2, steps=6, warmup=2,
+                          device="cpu", allow_busy=True, head_start=head, runs_dir=str(tmp_path / name))
+        sweep, ran = StubSweep(cfg, validate(cfg)), {}
+        runner = threading.Thread(target=lambda: ran.update(outcomes=sweep.run()))
+        runner.start()
+        runner.join(120)  # (a lane that waited for the search without letting turns go on: a deadlock)
+        if runner.is_alive():
+            sweep.stop()
+            runner.join(30)
+        sweep.close()
+        assert "outcomes" in ran and not sweep.interrupted, f"{name}: the sweep did not end within 120 s"
+        outcomes = ran["outcomes"]
+        assert sweep.head_starts is head
+        events, runs = _runs(tmp_path / name)
+        rows = Outputs("-", "json").rows(Results().extend(events))
+        got[name] = (sorted(outcomes.items()), [r["trial"] for r in rows if r["recommended"]])
+    assert got["with"][1] == got["without"][1] == ["8x1"]
+    assert [(rid.split("/")[1], s) for rid, s in got["with"][0]] == [(rid.split("/")[1], s) for rid, s in got["without"][0]]
+    events, runs = _runs(tmp_path / "with")
+    order = sorted((r for r in runs.values() if r.get("steps")), key=lambda r: r["steps"][0][0])
+    labels = [(r["started"]["label"], bool(r["started"].get("head_start"))) for r in order]
+    assert labels == [("8x1", False), ("8x1", True), ("4x2", False), ("4x2", True)], labels
+    for before, after in zip(order, order[1:]):
+        assert after["steps"][0][0] >= before["steps"][-1][1] - 0.01  # one run steps at a time
+    for first, second in (order[0:2], order[2:4]):  # built in the first's warm-up, not after its end
+        assert second["started"]["t"] < first["steps"][-1][1]  # (the stand-in says it started once up)
 
 
 def test_the_coordinators_head_start_rules():

@@ -183,9 +183,10 @@ class SweepConfig:
     nnodes: int = setting(1, "torchrun: number of machines", low=1, high=65536)
     node_rank: int = setting(0, "torchrun: this machine's rank", low=0, high=65535)
     rdzv_endpoint: str = setting("", "torchrun: rendezvous endpoint", metavar="HOST:PORT", show_default=False)
-    head_start: bool = setting(True, "start each next run of a grid while the one before takes its warm-up "
-                                     "steps; built, it waits for its turn (never a start beside a measured "
-                                     "step): a sweep pays about one run's start", negatable=True)
+    head_start: bool = setting(True, "start each next run (of a grid; of a search, where it has decided it "
+                                     "already) while the one before takes its warm-up steps; built, it waits "
+                                     "for its turn (never a start beside a measured step): a sweep pays about "
+                                     "one run's start", negatable=True)
     stall_timeout: float | None = setting(
         None, "stop a run as stalled after SECONDS without progress (default: 10x its median step, at least "
               "60 s; before its first step at least 600 s)", kind=float, metavar="SECONDS", above=0.0,

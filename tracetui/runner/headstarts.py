@@ -1,5 +1,8 @@
-"""Head starts, as a policy of the sweep's scheduler (:class:`~.sweep.Sweep`): each next run of a
-grid starts while the one before takes its warm-up steps, and waits, built, for its turn.
+"""Head starts, as a policy of the sweep's scheduler (:class:`~.sweep.Sweep`): each next run
+starts while the one before takes its warm-up steps, and waits, built, for its turn. A grid's
+next run is always known; a search's only where it has decided it already (a memory probe's
+pair, a split's next repeat): the scheduler's second lane takes what the planner has queued,
+and otherwise waits (the planner's ``WAIT``), as it would without head starts.
 
 :mod:`.turns` keeps the turns (which seated run steps now); this module says when head starts
 apply at all (:func:`head_starts_apply`), whether the device has room for one more run
@@ -17,7 +20,7 @@ from typing import Callable
 from ..core import warmup
 from ..core.config import SweepConfig
 from ..core.knobs import KNOBS
-from ..planning.plan import GridPlanner, Planner
+from ..planning.plan import Planner
 from ..planning.search import card_gib
 from .turns import CONTEXT_GIB, Turns
 
@@ -29,18 +32,17 @@ LANES_PER_DEVICE = 2
 def head_starts_apply(cfg: SweepConfig, planner: Planner, lanes: list[int | None], device: str) -> tuple[bool, str]:
     """Whether each next run starts during the current one's warm-up (head starts), and why not.
 
-    On by default (``--no-head-start``) for the grid on one device: the search decides each run
-    from the ones before it, torchrun's ranks and a script start themselves, ``--no-probe`` runs
-    have no probe to hold a run at its first step, and the next run starts only inside the
-    current one's warm-up (``--warmup`` 2 or more)."""
+    On by default (``--no-head-start``) on one device, for the grid and the search (which starts
+    early only what it has decided already): torchrun's ranks and a script start themselves,
+    ``--no-probe`` runs have no probe to hold a run at its first step, and the next run starts
+    only inside the current one's warm-up (``--warmup`` 2 or more)."""
     if not cfg.head_start:
         return False, "not asked for"
     for ruled_out, why in ((len(lanes) > 1 or len(cfg.gpu_list()) > 1, "runs go side by side on several GPUs"),
                            (cfg.world_size > 1, "torchrun starts its own ranks"),
                            (not cfg.probe, "--no-probe runs have no probe to keep the turns"),
                            (warmup.fewest(cfg.warmup) < 2, f"--warmup {cfg.warmup}: a head start needs 2 warm-up steps or more "
-                                            "to start the next run in"),
-                           (not isinstance(planner, GridPlanner), "the search decides each run from the ones before it")):
+                                            "to start the next run in")):
         if ruled_out:
             return False, why
     if runs_to_start(planner, device) < 2:
@@ -49,9 +51,12 @@ def head_starts_apply(cfg: SweepConfig, planner: Planner, lanes: list[int | None
 
 
 def runs_to_start(planner: Planner, device: str) -> int:
-    """How many of the planner's runs will start: not skipped, no setting unavailable here."""
-    return sum(1 for d in planner.preview() or [] if not d.skip and not any(
-        KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))
+    """How many of the planner's runs will start: not skipped, no setting unavailable here; a
+    planner that decides as it goes (no preview) is taken to start more than one."""
+    preview = planner.preview()
+    if preview is None:
+        return 2
+    return sum(1 for d in preview if not d.skip and not any(KNOBS[n].unavailable(v, device) for n, v in d.trial.settings))
 
 
 class HeadStarts:

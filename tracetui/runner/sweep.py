@@ -178,13 +178,15 @@ class SweepBase:
                         self._busy -= 1
                         self._cond.notify_all()
         finally:
-            self._lane_done()
+            self._lane_idle()
 
     def _next_decision(self) -> Decision | None:
         """The planner's next run for a lane, counted in progress; None once there is none (or
         the sweep stops). While the planner waits on a run in progress, so does the lane."""
         with self._cond:
             d = self.planner.next()
+            if d == WAIT:
+                self._lane_idle()  # (head starts: the run in progress takes its turns meanwhile)
             while d == WAIT and self._busy and not self._stop.is_set():
                 self._cond.wait(0.5)
                 d = self.planner.next()
@@ -203,8 +205,9 @@ class SweepBase:
             spec = self._spec(d, None)
             self._not_started(spec, "error", f"not run: every run fails the same way ({self.same_failure})")
 
-    def _lane_done(self) -> None:
-        """A lane takes no more runs (head starts: no turn waits for it)."""
+    def _lane_idle(self) -> None:
+        """A lane takes no more runs, or waits for the planner to decide (head starts: no turn
+        waits for it)."""
 
     def rerun(self, trial: Trial) -> str:
         """Run ``trial`` once more in this sweep."""
@@ -372,7 +375,7 @@ class Sweep(SweepBase):
             hs, self._hs = self._hs, None
             hs.close()  # a run asked for again later (the monitor's r) runs alone
 
-    def _lane_done(self) -> None:
+    def _lane_idle(self) -> None:
         if self._hs is not None:
             self._hs.turns.idle()
 

@@ -168,8 +168,7 @@ class SweepBase:
         """One lane: the planner's next run, on ``gpu``, until there is none or the sweep stops."""
         try:
             while not self._stop.is_set() and self.same_failure is None and self._executor.lane_open(gpu):
-                d = self._next_decision()
-                if d is None:
+                if (d := self._next_decision()) is None:
                     return
                 try:
                     self._do(d, gpu)
@@ -184,9 +183,8 @@ class SweepBase:
         """The planner's next run for a lane, counted in progress; None once there is none (or
         the sweep stops). While the planner waits on a run in progress, so does the lane."""
         with self._cond:
-            d = self.planner.next()
-            if d == WAIT:
-                self._lane_idle()  # (head starts: the run in progress takes its turns meanwhile)
+            if (d := self.planner.next()) == WAIT:
+                self._lane_idle()
             while d == WAIT and self._busy and not self._stop.is_set():
                 self._cond.wait(0.5)
                 d = self.planner.next()
@@ -206,8 +204,7 @@ class SweepBase:
             self._not_started(spec, "error", f"not run: every run fails the same way ({self.same_failure})")
 
     def _lane_idle(self) -> None:
-        """A lane takes no more runs, or waits for the planner to decide (head starts: no turn
-        waits for it)."""
+        """A lane takes no more runs, or waits for the planner (head starts: turns go on)."""
 
     def rerun(self, trial: Trial) -> str:
         """Run ``trial`` once more in this sweep."""

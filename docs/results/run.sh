@@ -132,6 +132,18 @@ h200_head_start_8x2() {  # (of h200_search_head_starts) does a run built early b
   plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
 }
 
+h200_head_start_8x2_b() {  # (of h200_head_start_8x2) again with three commands an arm, A B B A A B
+  local m="--model llama-3.2-1b --seq-len 512 --effective-batch 16 $NOCK --splits 8x2 --repeats 4 --steps 20"
+  plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
+  wall without_1 $m --no-head-start
+  wall with_1 $m
+  wall with_2 $m
+  wall without_2 $m --no-head-start
+  wall without_3 $m --no-head-start
+  wall with_3 $m
+  plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
+}
+
 h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its time account against the time measured from outside
   to fixture.txt $PY benchmarks/trl_cli_fixture.py --model qwen3-0.6b --out "$D/fixture"
   local args=(--model_name_or_path "$D/fixture/model" --dataset_name "$D/fixture/data" --max_length 512 --use_peft
@@ -343,7 +355,7 @@ ray_events() {  # the driver's events/s and memory per trial through --ray, a Ra
     2>> "$D/stderr.txt"
 }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_search_e16 h200_search_head_starts h200_head_start_8x2 h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_search_e16 h200_search_head_starts h200_head_start_8x2 h200_head_start_8x2_b h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood
   ray_events"

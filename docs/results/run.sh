@@ -111,37 +111,34 @@ h200_search_e16() {  # the search against the seed's method at effective batch 1
   x search_events.jsonl.gz gzip_events "$D/svs/runs/search" > "$D/search_events.jsonl.gz"
 }
 
+head_starts_ab() {  # "NAME ..." TRACETUI-ARGS...: one `wall` command per NAME, in that order; without_* with
+  # --no-head-start, with_* with head starts (the default)
+  local names=$1 n; shift
+  for n in $names; do
+    case $n in without_*) wall "$n" "$@" --no-head-start ;; *) wall "$n" "$@" ;; esac
+  done
+}
+L1B="--model llama-3.2-1b --seq-len 512"  # the head-start sets' model (no test uses it)
+PLAIN_8X2="$L1B --split 8x2 --steps 25 --warmup 5"
+
 h200_search_head_starts() {  # the search with head starts against without, A B B A, whole commands against their
   # steps (the shape of h200_search_e16); plain TRL of its two finalists beside
-  local m="--model llama-3.2-1b --seq-len 512 --effective-batch 16 $NOCK --search"
-  for s in 16x1 8x2; do plain --model llama-3.2-1b --seq-len 512 --split $s --steps 25 --warmup 5; done
-  wall without_1 $m --no-head-start
-  wall with_1 $m
-  wall with_2 $m
-  wall without_2 $m --no-head-start
+  for s in 16x1 8x2; do plain $L1B --split $s --steps 25 --warmup 5; done
+  head_starts_ab "without_1 with_1 with_2 without_2" $L1B --effective-batch 16 $NOCK --search
 }
 
 h200_head_start_8x2() {  # (of h200_search_head_starts) does a run built early beside it change what a run
   # measures? 8x2 alone, four runs a command, with head starts and without, A B B A; plain TRL first and last
-  local m="--model llama-3.2-1b --seq-len 512 --effective-batch 16 $NOCK --splits 8x2 --repeats 4 --steps 20"
-  plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
-  wall without_1 $m --no-head-start
-  wall with_1 $m
-  wall with_2 $m
-  wall without_2 $m --no-head-start
-  plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
+  plain $PLAIN_8X2
+  head_starts_ab "without_1 with_1 with_2 without_2" $L1B --effective-batch 16 $NOCK --splits 8x2 --repeats 4 --steps 20
+  plain $PLAIN_8X2
 }
 
 h200_head_start_8x2_b() {  # (of h200_head_start_8x2) again with three commands an arm, A B B A A B
-  local m="--model llama-3.2-1b --seq-len 512 --effective-batch 16 $NOCK --splits 8x2 --repeats 4 --steps 20"
-  plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
-  wall without_1 $m --no-head-start
-  wall with_1 $m
-  wall with_2 $m
-  wall without_2 $m --no-head-start
-  wall without_3 $m --no-head-start
-  wall with_3 $m
-  plain --model llama-3.2-1b --seq-len 512 --split 8x2 --steps 25 --warmup 5
+  plain $PLAIN_8X2
+  head_starts_ab "without_1 with_1 with_2 without_2 without_3 with_3" $L1B --effective-batch 16 $NOCK --splits 8x2 \
+    --repeats 4 --steps 20
+  plain $PLAIN_8X2
 }
 
 h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its time account against the time measured from outside

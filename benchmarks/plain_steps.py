@@ -34,6 +34,9 @@ def main() -> None:
     p.add_argument("--liger", action="store_true", help="use_liger_kernel=True")
     p.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 full shard (else DDP)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--hold", action="store_true",
+                   help="built, wait at the first step as a head-started tracetui run does: print a line, then "
+                        "block (waking ten times a second, as its held GPU sampler) until stdin closes, and exit")
     ns = p.parse_args()
     mb, ga = (int(x) for x in ns.split.split("x"))
 
@@ -97,6 +100,8 @@ def main() -> None:
                          "fsdp2_units": sum(1 for m in model.modules() if type(m).__name__.startswith("FSDP")),
                          "world_size": args.world_size}
             self.t = [time.perf_counter()]
+            if ns.hold:
+                hold()
 
         def on_step_end(self, args, state, control, **kw):
             self.t.append(time.perf_counter())
@@ -115,6 +120,19 @@ def main() -> None:
                       "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None, "read_back": timer.read,
                       "steps": len(steps), "median_ms": statistics.median(steps),
                       "p10_ms": sorted(steps)[len(steps) // 10], "p90_ms": sorted(steps)[(9 * len(steps)) // 10]}))
+
+
+def hold() -> None:
+    """Say ready, wait until stdin closes (waking every 0.1 s), and exit without training."""
+    import os
+    import select
+    import sys
+
+    print(json.dumps({"ready": True}), flush=True)
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], 0.1)
+        if ready and not sys.stdin.readline():
+            os._exit(0)
 
 
 if __name__ == "__main__":

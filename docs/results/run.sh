@@ -141,6 +141,11 @@ h200_head_start_8x2_b() {  # (of h200_head_start_8x2) again with three commands 
   plain $PLAIN_8X2
 }
 
+h200_neighbour() {  # (of h200_head_start_8x2_b) the head start's condition on its own, no tracetui measured: plain TRL
+  # 8x2 alone, or with a second plain run of the same shape built and waiting beside it; eight pairs, order alternating
+  to neighbour.jsonl $PY benchmarks/neighbour.py --pairs 8 -- $L1B --split 8x2 --steps 30 --warmup 5
+}
+
 h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its time account against the time measured from outside
   to fixture.txt $PY benchmarks/trl_cli_fixture.py --model qwen3-0.6b --out "$D/fixture"
   local args=(--model_name_or_path "$D/fixture/model" --dataset_name "$D/fixture/data" --max_length 512 --use_peft
@@ -352,7 +357,7 @@ ray_events() {  # the driver's events/s and memory per trial through --ray, a Ra
     2>> "$D/stderr.txt"
 }
 
-ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_search_e16 h200_search_head_starts h200_head_start_8x2 h200_head_start_8x2_b h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
+ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_search_e16 h200_search_head_starts h200_head_start_8x2 h200_head_start_8x2_b h200_neighbour h200_ray h200_ray_lanes h200_knobs h200_search h200_search_12 h200_memory_limit h200_final_check
   h200_time_to_verdict h200_trl_forked h200_paired_mfu h200_head_start_decide h200_head_start_recheck h200_lean_start
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood
   ray_events"

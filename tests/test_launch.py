@@ -211,7 +211,8 @@ name = os.environ["TRACETUI_RUN_ID"].split("/")[1]
 atexit.register(lambda: open(name + ".atexit", "w").write("ran"))
 seen = dict(argv=sys.argv, name=__name__, main_file=sys.modules["__main__"].__file__, cwd=os.getcwd(),
             path0=sys.path[0], env=dict(os.environ), own_group=os.getpgrp() == os.getpid(),
-            stdin=sys.stdin.read(), umask=os.umask(0o22), trainer_patched=False)
+            stdin=sys.stdin.read(), umask=os.umask(0o22), trainer_patched=False,
+            tmp=sorted(os.listdir(os.environ.get("TMPDIR", "."))))
 try:
     import transformers.trainer
     seen["trainer_patched"] = bool(getattr(transformers.trainer.Trainer, "_tracetui_patched", False))
@@ -227,12 +228,14 @@ def _seen(folder: Path, fresh: bool) -> dict:
     from .conftest import run_cli
 
     (folder / "seen.py").write_text(SEEN)
+    (folder / "tmp").mkdir()
     proc = run_cli("sweep", *(["--fresh"] if fresh else []), "--splits", "1x1", "--repeats", 1, "--export", "csv",
                    "-o", folder / "out.csv", "--runs-dir", folder / "runs", "--", sys.executable, "seen.py", "--x", "1",
-                   cwd=folder)
+                   cwd=folder, env={"TMPDIR": str(folder / "tmp")})
     log = next((folder / "runs").glob("*/1x1.log")).read_text()
     return dict(proc=proc, seen=__import__("json").loads((folder / "1x1.json").read_text()), log=log,
-                atexit=(folder / "1x1.atexit").exists(), folder=folder)
+                atexit=(folder / "1x1.atexit").exists(), folder=folder,
+                server_logs=sorted(p.name for p in (folder / "tmp").glob("tracetui-server-*")))
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +256,9 @@ def test_a_forked_run_has_what_the_command_would_have_had(forked_and_fresh):
         # its status is the script's own, said as such; its output went to its log
         assert got["proc"].returncode == 1 and "exited with status 3 without reporting" in got["proc"].stderr
         assert "to the log" in got["log"] and got["atexit"]
+        assert got["server_logs"] == []  # the fork server's standard error (a file) went with it
     a, b = forked["seen"], fresh["seen"]
+    assert any(name.startswith("tracetui-server-") for name in a["tmp"])  # (there while the run ran)
     # the same argv, __main__, sys.path[0], process group, stdin and umask; the working directory
     # and the script's path are each sweep's own folder
     for key in ("argv", "name", "own_group", "stdin", "umask"):
@@ -263,9 +268,9 @@ def test_a_forked_run_has_what_the_command_would_have_had(forked_and_fresh):
         assert seen["cwd"] == str(got["folder"]) == seen["path0"]
         assert seen["main_file"] in ("seen.py", str(got["folder"] / "seen.py"))
     # the same environment: what differs is each sweep's own (its socket, run, times, process, the
-    # folder that holds tracetui for the script) and the mark of a fork
+    # folder that holds tracetui for the script, the test's temporary folder) and the mark of a fork
     own = {"TRACETUI_SOCKET", "TRACETUI_RUN_ID", "TRACETUI_STARTED_AT", "TRACETUI_OWNER_PID", "PYTHONPATH",
-           "TRACETUI_PLAN", "TRACETUI_RUN_TREE"}
+           "TRACETUI_PLAN", "TRACETUI_RUN_TREE", "TMPDIR"}
     assert a["env"]["PYTHONPATH"].split(os.pathsep)[0] == b["env"]["PYTHONPATH"].split(os.pathsep)[0]
     assert set(a["env"]) - set(b["env"]) == {"TRACETUI_FORKED"}
     assert set(b["env"]) - set(a["env"]) == set()

@@ -94,6 +94,28 @@ def test_the_built_in_sweep_keeps_the_turns_of_head_starts_and_ranks_exactly(tmp
     assert out.answer(rows).verdict.startswith("4x1 is 2.41x faster than 1x4")
 
 
+class DyingSweep(Sweep):
+    """The built-in sweep, its worker dying before it has opened its run's log."""
+
+    target = staticmethod(stub_worker.dies_at_once)
+
+
+def test_a_forked_trial_that_dies_before_its_log_is_open_says_why(tmp_path):
+    """Its last words went to the fork server's standard error (a file, not the terminal the
+    monitor draws on): the row quotes them rather than an exit status alone."""
+    cfg = SweepConfig(splits="1x4", repeats=1, steps=4, warmup=1, device="cpu", runs_dir=str(tmp_path / "runs"),
+                      allow_busy=True, head_start=False)
+    sweep = DyingSweep(cfg, validate(cfg))
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    (row,) = Outputs("-", "json").rows(Results().extend(read_events([sweep.log.path]).events))
+    run_id = sweep.plan[0].run_id
+    assert row["status"] != "ok" and "exited with status 1 without reporting (before its log was open, the fork " \
+        f"server's output: RuntimeError: {run_id}: no start (a stand-in's failure))" in row["message"], row["message"]
+
+
 def test_a_built_in_run_that_reads_back_another_split_keeps_its_plan_and_is_not_ranked(tmp_path):
     """The supervisor's check is every sweep's: a built-in run whose trainer reported 1x1 where 4x1
     was planned is the planned 4x1's row, a mismatch, unranked, its steps pooled with no one's."""

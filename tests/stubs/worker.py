@@ -83,3 +83,10 @@ def detach_then_run(spec: dict, mp_queue) -> None:
 
     detach(spec["config"]["runs_dir"])
     run(spec, mp_queue)
+
+
+def dies_at_once(spec: dict, mp_queue) -> None:
+    """A worker that dies before it has opened its run's log (the real one opens it first), as one
+    whose start failed in multiprocessing's hands would: its traceback goes where the fork
+    server's output goes."""
+    raise RuntimeError(f"{spec['run_id']}: no start (a stand-in's failure)")

@@ -6,7 +6,7 @@ Who sets what:
 - a built-in sweep's trial sets ``TRIAL``, ``OWNER_PID`` and, beside a head start,
   ``HEAD_STARTS`` for itself (:mod:`tracetui.runner.worker`);
 - the fork server keeps the user's own NVML check as ``USER_NVML_CHECK``, and is told it is the
-  server by ``FORK_SERVER`` (:mod:`tracetui.runner.lifetime`);
+  server by ``FORK_SERVER`` and where its output goes by ``SERVER_LOG`` (:mod:`tracetui.runner.lifetime`);
 - every process of a run carries the run's mark, ``RUN_TREE`` (:mod:`tracetui.runner.lifetime`);
 - a swept script and ``tracetui run``'s command get ``SOCKET``, ``WARMUP`` and ``OWNER_PID``; a
   swept one also ``RUN_ID``, ``VARIED``, ``PLAN``, ``STARTED_AT`` and, under ``--until-confident``,
@@ -52,6 +52,7 @@ HEAD_STARTS = "TRACETUI_HEAD_STARTS"
 USER_NVML_CHECK = "TRACETUI_USER_NVML_CHECK"
 RUN_TREE = "TRACETUI_RUN_TREE"
 FORK_SERVER = "TRACETUI_FORK_SERVER"
+SERVER_LOG = "TRACETUI_SERVER_LOG"
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ ENVIRONMENT: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar(RUN_TREE, "the mark of one run's processes (the tracetui pid and the run's number)", by_tracetui=True),
     EnvVar(FORK_SERVER, "set in the fork server as it starts (it makes itself a child subreaper)", "flag",
            by_tracetui=True),
+    EnvVar(SERVER_LOG, "set in the fork server as it starts: the file its standard error goes to", by_tracetui=True),
 )}
 
 

@@ -19,6 +19,7 @@ import os
 import queue as queue_mod
 import signal
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable
@@ -157,9 +158,9 @@ def launch(start: Callable):
 LIBRARIES = ["torch", "transformers", "transformers.trainer", "peft", "datasets", "trl.trainer.sft_config",
              "trl.trainer.sft_trainer"]
 #: what every trial imports, imported once by the fork server (none of it initialises CUDA)
-PRELOAD = ["tracetui.runner.startup.gcoff", "tracetui.runner.adopt", "tracetui.runner.startup.metadata",
-           "tracetui.runner.startup.optional", "tracetui.runner.startup.libraries", "tracetui.runner.worker",
-           "tracetui.runner.sources", "tracetui.probe.callback",
+PRELOAD = ["tracetui.runner.startup.gcoff", "tracetui.runner.startup.serverlog", "tracetui.runner.adopt",
+           "tracetui.runner.startup.metadata", "tracetui.runner.startup.optional", "tracetui.runner.startup.libraries",
+           "tracetui.runner.worker", "tracetui.runner.sources", "tracetui.probe.callback",
            "tracetui.runner.startup.warm", "tracetui.runner.startup.gcfreeze"]  # (last: it freezes what the others made)
 #: torch's fork-safe CUDA check (NVML, not the driver): on in the fork server only
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
@@ -210,6 +211,7 @@ def _ensure_server() -> None:
         os.environ[envvars.USER_NVML_CHECK] = "1"  # the user's own: trials keep it
     os.environ[NVML_CHECK] = "1"
     os.environ[envvars.FORK_SERVER] = "1"  # a server that starts now is a subreaper (tracetui.runner.adopt)
+    os.environ[envvars.SERVER_LOG] = _server_log()  # and writes its standard error there (.startup.serverlog)
     try:
         _stop_a_server_not_ours()
         _until_a_killed_server_has_ended()
@@ -219,6 +221,7 @@ def _ensure_server() -> None:
         _stop_server_at_exit()
     finally:
         os.environ.pop(envvars.FORK_SERVER, None)
+        os.environ.pop(envvars.SERVER_LOG, None)
         if before is None:
             os.environ.pop(NVML_CHECK, None)
         else:
@@ -288,8 +291,54 @@ def _stop_server_at_exit() -> None:
 
         mine = os.getpid()
         # (a process forked from this one inherits the handler: the server is not its to stop)
-        atexit.register(lambda: stop_server() if os.getpid() == mine else None)
+        atexit.register(lambda: _end_server() if os.getpid() == mine else None)
         _at_exit.append(mine)
+
+
+def _end_server() -> None:
+    """At exit: the server stopped, and the file of its standard error removed."""
+    stop_server()
+    for path in _server_logs:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+#: the file the fork servers of this process write their standard error to (one, made as the
+#: first starts, removed at exit; :mod:`.startup.serverlog`)
+_server_logs: list[str] = []
+
+
+def _server_log() -> str:
+    if not _server_logs:
+        fd, path = tempfile.mkstemp(prefix="tracetui-server-", suffix=".log")
+        os.close(fd)
+        _server_logs.append(path)
+    return _server_logs[0]
+
+
+def server_log_size() -> int:
+    """How many bytes the fork server has written to its standard error so far (0 before one)."""
+    try:
+        return os.path.getsize(_server_logs[0]) if _server_logs else 0
+    except OSError:
+        return 0
+
+
+def server_said(since: int) -> str:
+    """The last line the fork server's standard error got after byte ``since``, or "": a trial
+    forked from it that died before its run's log was open said its last words there (a
+    traceback's last line names the error). Other trials forked meanwhile write there only in
+    the same plight, so the line is this trial's unless two died so at once."""
+    if not _server_logs:
+        return ""
+    try:
+        with open(_server_logs[0], "rb") as fh:
+            fh.seek(max(since, os.path.getsize(_server_logs[0]) - 4096))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
 
 
 def stop_server() -> None:

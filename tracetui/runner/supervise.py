@@ -28,7 +28,7 @@ from ..core.knobs import SHORT
 from ..planning.plan import RunSpec
 from ..core.trial import Trial
 from .leftovers import end_run, new_tree, run_processes, run_tree
-from .lifetime import die_with_this_process, launch, process_gone, start_shielded
+from .lifetime import die_with_this_process, launch, process_gone, server_log_size, server_said, start_shielded
 from .runlog import PassFd, RunOutput
 
 #: after SIGTERM (stop or stall), how long a trial has to go before SIGKILL
@@ -110,6 +110,8 @@ class Child:
         self.output: RunOutput | None = None
         #: processes seen below the run's process while it lived (pid -> start time)
         self.seen: dict[int, int] = {}
+        #: the fork server's standard error so far: a forked trial's words before its log opened follow
+        self.server_said_from = server_log_size()
 
     def start(self) -> None: ...
     def alive(self) -> bool: ...
@@ -341,7 +343,8 @@ def classify_end(child: Child, spec: RunSpec, stopped: bool, stalled: str | None
     if code == 0:
         return "error", f"{child.silent_exit} (log: {child.log_path})"
     last = tail.strip().splitlines()[-1][:200] if tail.strip() else ""
-    said = f": {last}" if last else ""
+    early = "" if last or not child.forked else server_said(child.server_said_from)
+    said = f": {last}" if last else f" (before its log was open, the fork server's output: {early})" if early else ""
     return child.exit_kind, f"exited with status {code} without reporting{said} (log: {child.log_path})"
 
 

@@ -94,6 +94,18 @@ def test_the_built_in_sweep_keeps_the_turns_of_head_starts_and_ranks_exactly(tmp
     assert out.answer(rows).verdict.startswith("4x1 is 2.41x faster than 1x4")
 
 
+def _stub_sweep(kind, tmp_path, **settings):
+    """One sweep of ``kind`` on the CPU, one run a split, no head starts: the sweep, its events."""
+    cfg = SweepConfig(repeats=1, device="cpu", runs_dir=str(tmp_path / "runs"), allow_busy=True, head_start=False,
+                      **settings)
+    sweep = kind(cfg, validate(cfg))
+    try:
+        sweep.run()
+    finally:
+        sweep.close()
+    return sweep, read_events([sweep.log.path]).events
+
+
 class DyingSweep(Sweep):
     """The built-in sweep, its worker dying before it has opened its run's log."""
 
@@ -103,14 +115,8 @@ class DyingSweep(Sweep):
 def test_a_forked_trial_that_dies_before_its_log_is_open_says_why(tmp_path):
     """Its last words went to the fork server's standard error (a file, not the terminal the
     monitor draws on): the row quotes them rather than an exit status alone."""
-    cfg = SweepConfig(splits="1x4", repeats=1, steps=4, warmup=1, device="cpu", runs_dir=str(tmp_path / "runs"),
-                      allow_busy=True, head_start=False)
-    sweep = DyingSweep(cfg, validate(cfg))
-    try:
-        sweep.run()
-    finally:
-        sweep.close()
-    (row,) = Outputs("-", "json").rows(Results().extend(read_events([sweep.log.path]).events))
+    sweep, events = _stub_sweep(DyingSweep, tmp_path, splits="1x4", steps=4, warmup=1)
+    (row,) = Outputs("-", "json").rows(Results().extend(events))
     run_id = sweep.plan[0].run_id
     assert row["status"] != "ok" and "exited with status 1 without reporting (before its log was open, the fork " \
         f"server's output: RuntimeError: {run_id}: no start (a stand-in's failure))" in row["message"], row["message"]
@@ -121,14 +127,7 @@ def test_a_built_in_run_that_reads_back_another_split_keeps_its_plan_and_is_not_
     was planned is the planned 4x1's row, a mismatch, unranked, its steps pooled with no one's."""
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "STUB_TRAINS").write_text("4x1:1x1")
-    cfg = SweepConfig(splits="1x4,4x1", repeats=1, steps=8, warmup=2, device="cpu", runs_dir=str(tmp_path / "runs"),
-                      allow_busy=True, head_start=False)
-    sweep = StubSweep(cfg, validate(cfg))
-    try:
-        sweep.run()
-    finally:
-        sweep.close()
-    events = read_events([sweep.log.path]).events
+    _, events = _stub_sweep(StubSweep, tmp_path, splits="1x4,4x1", steps=8, warmup=2)
     started = {e["label"]: e for e in events if e["type"] == "run_started"}
     assert sorted(started) == ["1x4", "4x1"] and started["4x1"]["trained"] == "1x1"
     assert (started["4x1"]["micro_batch"], started["4x1"]["grad_accum"]) == (4, 1)

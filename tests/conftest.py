@@ -254,6 +254,21 @@ def full_disk(tmp_path):
         yield folder
 
 
+@pytest.fixture(autouse=True)
+def _fork_server_address_kept():
+    """A test that removes the address of this worker's fork server (multiprocessing's temporary
+    folder, say, by running its finalizers here) fails itself, rather than every fork-server test
+    that this worker runs after it ("could not start its process (No such file or directory)")."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001 - multiprocessing's one server of this process
+    before = server._forkserver_address  # noqa: SLF001 - no public accessor
+    before = before if before and os.path.exists(before) else None  # (gone already: not this test's doing)
+    yield
+    if before and server._forkserver_address == before:  # noqa: SLF001 - (the same server still)
+        assert os.path.exists(before), f"this test removed the fork server's address {before}"
+
+
 @pytest.fixture
 def short_tmp():
     """A fresh folder with a short path, removed after the test: a $TMPDIR for tracetui's sockets

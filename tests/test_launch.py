@@ -212,7 +212,8 @@ atexit.register(lambda: open(name + ".atexit", "w").write("ran"))
 seen = dict(argv=sys.argv, name=__name__, main_file=sys.modules["__main__"].__file__, cwd=os.getcwd(),
             path0=sys.path[0], env=dict(os.environ), own_group=os.getpgrp() == os.getpid(),
             stdin=sys.stdin.read(), umask=os.umask(0o22), trainer_patched=False,
-            tmp=sorted(os.listdir(os.environ.get("TMPDIR", "."))))
+            tmp=sorted(os.listdir(os.environ.get("TMPDIR", "."))),
+            parent_stderr=os.readlink(f"/proc/{os.getppid()}/fd/2"))
 try:
     import transformers.trainer
     seen["trainer_patched"] = bool(getattr(transformers.trainer.Trainer, "_tracetui_patched", False))
@@ -258,7 +259,10 @@ def test_a_forked_run_has_what_the_command_would_have_had(forked_and_fresh):
         assert "to the log" in got["log"] and got["atexit"]
         assert got["server_logs"] == []  # the fork server's standard error (a file) went with it
     a, b = forked["seen"], fresh["seen"]
-    assert any(name.startswith("tracetui-server-") for name in a["tmp"])  # (there while the run ran)
+    # the fork server's standard error is a file whose name it removed once open (read by tracetui
+    # through its own descriptor): nothing of it is left, however tracetui ends
+    assert "/tracetui-server-" in a["parent_stderr"] and a["parent_stderr"].endswith(" (deleted)")
+    assert not any(name.startswith("tracetui-server-") for name in a["tmp"])
     # the same argv, __main__, sys.path[0], process group, stdin and umask; the working directory
     # and the script's path are each sweep's own folder
     for key in ("argv", "name", "own_group", "stdin", "umask"):

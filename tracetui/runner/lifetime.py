@@ -211,10 +211,11 @@ def _ensure_server() -> None:
         os.environ[envvars.USER_NVML_CHECK] = "1"  # the user's own: trials keep it
     os.environ[NVML_CHECK] = "1"
     os.environ[envvars.FORK_SERVER] = "1"  # a server that starts now is a subreaper (tracetui.runner.adopt)
-    os.environ[envvars.SERVER_LOG] = _server_log()  # and writes its standard error there (.startup.serverlog)
     try:
         _stop_a_server_not_ours()
         _until_a_killed_server_has_ended()
+        if not server_pid() or process_gone(server_pid()):  # one starts now: its standard error's file
+            os.environ[envvars.SERVER_LOG] = _new_server_log()  # (.startup.serverlog)
         forkserver.ensure_running()
         if server_pid():
             _our_servers.add(server_pid())
@@ -296,31 +297,37 @@ def _stop_server_at_exit() -> None:
 
 
 def _end_server() -> None:
-    """At exit: the server stopped, and the file of its standard error removed."""
+    """At exit: the server stopped, and the file of its standard error closed (removed too, if
+    the server never came to open it)."""
     stop_server()
-    for path in _server_logs:
-        with contextlib.suppress(OSError):
-            os.remove(path)
+    _new_server_log(make=False)
 
 
-#: the file the fork servers of this process write their standard error to (one, made as the
-#: first starts, removed at exit; :mod:`.startup.serverlog`)
-_server_logs: list[str] = []
+#: the file the running fork server writes its standard error to: this process's descriptor
+#: of it, and its path until the server, having opened it, removes the name (so that nothing
+#: is left behind however tracetui ends; the file lives while someone holds it open)
+_server_log: dict[str, int | str] = {}
 
 
-def _server_log() -> str:
-    if not _server_logs:
-        fd, path = tempfile.mkstemp(prefix="tracetui-server-", suffix=".log")
-        os.close(fd)
-        _server_logs.append(path)
-    return _server_logs[0]
+def _new_server_log(make: bool = True) -> str:
+    """A new file for the standard error of the server that starts now (the last one's closed),
+    and its path; ``make`` False: only the last one closed."""
+    with contextlib.suppress(OSError, KeyError):
+        os.close(_server_log.pop("fd"))
+    with contextlib.suppress(OSError, KeyError):
+        os.remove(_server_log.pop("path"))  # (where no server came to open it)
+    if not make:
+        return ""
+    fd, path = tempfile.mkstemp(prefix="tracetui-server-", suffix=".log")
+    _server_log.update(fd=fd, path=path)
+    return path
 
 
 def server_log_size() -> int:
     """How many bytes the fork server has written to its standard error so far (0 before one)."""
     try:
-        return os.path.getsize(_server_logs[0]) if _server_logs else 0
-    except OSError:
+        return os.fstat(_server_log["fd"]).st_size
+    except (OSError, KeyError):
         return 0
 
 
@@ -329,13 +336,11 @@ def server_said(since: int) -> str:
     forked from it that died before its run's log was open said its last words there (a
     traceback's last line names the error). Other trials forked meanwhile write there only in
     the same plight, so the line is this trial's unless two died so at once."""
-    if not _server_logs:
-        return ""
+    size = server_log_size()
     try:
-        with open(_server_logs[0], "rb") as fh:
-            fh.seek(max(since, os.path.getsize(_server_logs[0]) - 4096))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
+        start = max(since, size - 4096)
+        text = os.pread(_server_log["fd"], size - start, start).decode("utf-8", "replace")
+    except (OSError, KeyError, ValueError):
         return ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:200] if lines else ""

@@ -214,8 +214,8 @@ def _ensure_server() -> None:
     try:
         _stop_a_server_not_ours()
         _until_a_killed_server_has_ended()
-        if not server_pid() or process_gone(server_pid()):  # one starts now: its standard error's file
-            os.environ[envvars.SERVER_LOG] = _new_server_log()  # (.startup.serverlog)
+        if (not server_pid() or process_gone(server_pid())) and (log := _new_server_log()):
+            os.environ[envvars.SERVER_LOG] = log  # the one that starts now writes its standard error there
         forkserver.ensure_running()
         if server_pid():
             _our_servers.add(server_pid())
@@ -297,37 +297,40 @@ def _stop_server_at_exit() -> None:
 
 
 def _end_server() -> None:
-    """At exit: the server stopped, and the file of its standard error closed (removed too, if
-    the server never came to open it)."""
+    """At exit: the server stopped, and the files of its standard error closed (removed too,
+    where no server came to open one)."""
     stop_server()
-    _new_server_log(make=False)
+    for fd, path in _server_logs:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
-#: the file the running fork server writes its standard error to: this process's descriptor
-#: of it, and its path until the server, having opened it, removes the name (so that nothing
-#: is left behind however tracetui ends; the file lives while someone holds it open)
-_server_log: dict[str, int | str] = {}
+#: the files the fork servers of this process wrote their standard error to, the running one's
+#: last: this process's descriptor of each (never closed before tracetui's exit, so that a
+#: reader never holds one closed meanwhile), and its path, whose name the server removes once it
+#: has the file open (so that nothing is left however tracetui ends; the file lives while
+#: someone holds it open)
+_server_logs: list[tuple[int, str]] = []
 
 
-def _new_server_log(make: bool = True) -> str:
-    """A new file for the standard error of the server that starts now (the last one's closed),
-    and its path; ``make`` False: only the last one closed."""
-    with contextlib.suppress(OSError, KeyError):
-        os.close(_server_log.pop("fd"))
-    with contextlib.suppress(OSError, KeyError):
-        os.remove(_server_log.pop("path"))  # (where no server came to open it)
-    if not make:
-        return ""
-    fd, path = tempfile.mkstemp(prefix="tracetui-server-", suffix=".log")
-    _server_log.update(fd=fd, path=path)
+def _new_server_log() -> str | None:
+    """A new file for the standard error of the server that starts now, and its path; None
+    where no temporary file can be made (the server's output then goes where tracetui's does)."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="tracetui-server-", suffix=".log")
+    except OSError:
+        return None
+    _server_logs.append((fd, path))
     return path
 
 
 def server_log_size() -> int:
     """How many bytes the fork server has written to its standard error so far (0 before one)."""
     try:
-        return os.fstat(_server_log["fd"]).st_size
-    except (OSError, KeyError):
+        return os.fstat(_server_logs[-1][0]).st_size
+    except (OSError, IndexError):
         return 0
 
 
@@ -339,8 +342,8 @@ def server_said(since: int) -> str:
     size = server_log_size()
     try:
         start = max(since, size - 4096)
-        text = os.pread(_server_log["fd"], size - start, start).decode("utf-8", "replace")
-    except (OSError, KeyError, ValueError):
+        text = os.pread(_server_logs[-1][0], size - start, start).decode("utf-8", "replace")
+    except (OSError, IndexError, ValueError):
         return ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:200] if lines else ""

@@ -366,6 +366,8 @@ def test_monitor_whose_terminal_hangs_up_without_a_signal_quits_as_on_a_hang_up(
     exit 1, no CSV, in about one hang-up in ten (when the read came before the SIGHUP was
     handled), and every time where none arrives (here: blocked). It is the hang-up itself."""
     got = outcome(stopped_sweeps, ("monitor", None))
+    stuck = Path(str(got["out"]) + ".stuck.txt")
+    assert not stuck.exists(), "the monitor hung; where it stood:\n" + stuck.read_text()[-6000:]
     assert got["code"] == 128 + signal.SIGHUP, got["screen"][-2000:]
     _interrupted_sweep_on_disk(got["runs"], got["out"], got["worker"])
 
@@ -594,6 +596,28 @@ def test_a_monitor_that_does_not_close_after_a_stop_signal_is_ended_with_the_sig
     assert (tmp_path / "out.csv").read_text().startswith("machine,")
     # every thread's stack, the one that called the last resort among them
     assert "end_if_stuck" in stuck.read_text() and "Current thread" in stuck.read_text()
+
+
+def test_a_monitor_that_closed_but_whose_command_does_not_end_is_ended_with_the_signals_status(tmp_path):
+    """The last resort once the monitor has closed (its outputs written) but what follows it does
+    not end: where each thread stood, one line, the signal's status; nothing written again."""
+    code = textwrap.dedent(f"""
+        import threading
+        from tracetui.tui.app import TraceApp
+        from tracetui.tui.launchers import end_if_stuck
+        from tracetui.tui.sources import ReplaySource
+
+        app = TraceApp(ReplaySource([]), out_path={str(tmp_path / 'out.csv')!r})
+        closed = threading.Event()
+        closed.set()
+        end_if_stuck(lambda: app, closed, type("S", (), {{"signum": 1}})())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 129, proc.stderr
+    stuck = tmp_path / "out.csv.stuck.txt"
+    assert (f"tracetui: the monitor closed, but tracetui did not end within 45 s of the signal (where it stood: "
+            f"{stuck})") in proc.stderr
+    assert "end_if_stuck" in stuck.read_text() and not (tmp_path / "out.csv").exists()
 
 
 @pytest.mark.slow

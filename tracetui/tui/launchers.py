@@ -138,11 +138,14 @@ def end_if_stuck(get_app, closed: threading.Event, signals) -> None:
 
     Where every thread of tracetui stood is written beside the summary (``*.stuck.txt``), so that
     the hang can be found; and if writing blocks too (a lock the stuck thread holds), tracetui
-    still exits :data:`STUCK_WRITE_S` later."""
+    still exits :data:`STUCK_WRITE_S` later.
+
+    Where the monitor did close (its outputs written) but tracetui has not ended (what follows
+    it: the sweep's close, the closing lines), the stacks and one line, and tracetui exits."""
     app = get_app()
-    if closed.is_set():
-        return  # closed after all (its timer was to be cancelled)
     status = 128 + (signals.signum or getattr(app, "signalled", None) or 15)
+    if closed.is_set():
+        _stuck_after_closing(app, status)
     backstop = threading.Timer(STUCK_WRITE_S, os._exit, (status,))
     backstop.daemon = True
     backstop.start()
@@ -165,6 +168,18 @@ def end_if_stuck(get_app, closed: threading.Event, signals) -> None:
 
 #: seconds the last resort may spend writing before tracetui exits regardless
 STUCK_WRITE_S = 10.0
+
+
+def _stuck_after_closing(app, status: int) -> None:
+    """:func:`end_if_stuck` once the monitor has closed: where each thread stood, one line, exit."""
+    stacks = dump_stacks(Path(str(app.out_path) + ".stuck.txt")) if app is not None else ""
+    try:
+        sys.__stderr__.write(clean(f"tracetui: the monitor closed, but tracetui did not end within {STOP_GRACE_S:.0f} s "
+                                   f"of the signal{stacks}") + "\n")
+        sys.__stderr__.flush()
+    except (OSError, ValueError):  # (the terminal gone: the stacks are on disk)
+        pass
+    os._exit(status)
 
 
 def dump_stacks(path: Path) -> str:

@@ -17,20 +17,15 @@ import json
 import math
 import statistics
 
+from tracetui.analysis import Results
+from tracetui.events.log import read_events
+
 
 def runs_of(path: str) -> dict[str, float]:
     """run label (``1x4#2``) -> median measured step (ms), in the order the runs started."""
-    order, walls = [], {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            e = json.loads(line) if line.strip() else {}
-            if e.get("rank", 0) != 0:
-                continue
-            if e.get("type") == "run_started":
-                order.append(e["run_id"])
-            elif e.get("type") == "step" and not e.get("warmup"):
-                walls.setdefault(e["run_id"], []).append(e["wall_ms"])
-    return {r.split("/", 1)[1]: statistics.median(walls[r]) for r in order if r in walls}
+    results = Results().extend(read_events([path]).events)
+    return {r.run_id.split("/", 1)[1]: statistics.median(s["wall_ms"] for s in r.measured())
+            for r in results.runs.values() if r.measured()}
 
 
 def main() -> None:

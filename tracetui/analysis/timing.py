@@ -43,7 +43,10 @@ def mark_exit(results: Results, sweep_id: str | None, mark: str = "exit") -> Non
 
 def end_mark(results: Results, sweep_id: str | None) -> tuple[str, float] | None:
     """The mark that ended sweep ``sweep_id``'s account, and when; None if none did."""
-    marks = results.sweep_times.get(sweep_id, {})
+    return _ending(results.sweep_times.get(sweep_id, {}))
+
+
+def _ending(marks: dict) -> tuple[str, float] | None:
     return next(((k, marks[k]) for k in END_MARKS if k in marks), None)
 
 
@@ -55,7 +58,7 @@ def step_span(s: dict) -> tuple[float, float]:
 
 def _time_spent(sid: str, marks: dict, runs: list[RunData]) -> dict:
     end = marks.get("ended")
-    last = next((marks[k] for k in END_MARKS if k in marks), end)
+    last = ending[1] if (ending := _ending(marks)) else end
     spans = sorted((b, e, s["wall_ms"] / 1000.0, bool(s.get("warmup")), r.run_id) for r in runs for s in r.steps
                    if s.get("rank", 0) == 0 for b, e in (step_span(s),) if end is None or e <= end + 0.5)
     # (a sweep started from Python, not by the command: from the earliest of its marks)

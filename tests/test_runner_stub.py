@@ -4,7 +4,9 @@ supervisor, head starts' turns and the outputs, and no torch: the step times are
 so the answer is known exactly."""
 
 import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from tracetui.analysis import Results
@@ -137,3 +139,28 @@ def test_a_built_in_run_that_reads_back_another_split_keeps_its_plan_and_is_not_
     assert out.answer(list(rows.values())).verdict == (
         "effective batch 4: no verdict (4x1 (trained 1x1) did not train what was planned, so the splits were "
         "not all measured)")
+
+
+def test_a_server_log_variable_left_in_the_shell_names_no_file_the_server_removes(tmp_path):
+    """The fork server removes the name of the file it writes its standard error to: a
+    ``TRACETUI_SERVER_LOG`` left in the shell is not passed to it, even where tracetui cannot make
+    a file of its own (its output then goes where tracetui's does)."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("keep")
+    code = textwrap.dedent(f"""
+        import os, tempfile
+        import tracetui.runner.lifetime as lifetime
+
+        os.environ["TRACETUI_SERVER_LOG"] = {str(mine)!r}
+        def no_file(*a, **k):
+            raise OSError(28, "No space left on device")
+        lifetime.tempfile.mkstemp = no_file
+        ctx = lifetime.trial_context()
+        proc = ctx.Process(target=os.getpid)
+        proc.start()
+        proc.join(60)
+        print(proc.exitcode)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "0", proc.stderr
+    assert mine.read_text() == "keep"

@@ -211,6 +211,7 @@ def _ensure_server() -> None:
         os.environ[envvars.USER_NVML_CHECK] = "1"  # the user's own: trials keep it
     os.environ[NVML_CHECK] = "1"
     os.environ[envvars.FORK_SERVER] = "1"  # a server that starts now is a subreaper (tracetui.runner.adopt)
+    os.environ.pop(envvars.SERVER_LOG, None)  # (one left in the shell names no file of ours: the server removes it)
     try:
         _stop_a_server_not_ours()
         _until_a_killed_server_has_ended()

@@ -87,6 +87,42 @@ def test_several_runs_add_the_spread_between_processes_to_the_paired_interval():
     assert drifting["speedup_ci_low"] < 1.5 < drifting["speedup_ci_high"]
 
 
+def trial(label, walls, warmup=3):
+    """One run of trial ``label`` (micro-batch x accumulation) of effective batch 8 whose measured
+    steps take ``walls`` ms, each on the rows every other trial's step of that number took."""
+    mb, ga = (int(x) for x in label.split("x"))
+    rid = f"s/{label}#1"
+    events = [make("run_started", rid, label=label, micro_batch=mb, grad_accum=ga, effective_batch=8, repeat=0,
+                   env={"device": "cpu"})]
+    for k, wall in enumerate([walls[0]] * warmup + list(walls), 1):
+        events.append(validate(dict(make("step", rid, step=k, warmup=k <= warmup, wall_ms=wall, forward_ms=[wall / 2],
+                                         backward_ms=[wall / 2]), fingerprint=f"rows-of-step-{k}")))
+    return events + [make("run_finished", rid)]
+
+
+def test_the_speedups_reference_is_a_split_no_other_is_measured_slower_than():
+    """Two nearly tied splits whose paired estimate ranks them the other way round from their
+    medians: 2x4 is 10% slower than 4x2 on five of nine steps that trained on the same rows, yet
+    its median is lower. The table measures every split against the one no other is slower than by
+    the estimate it gives (2x4 here), so no split is "0.91x faster than the slowest", and the
+    verdict and the recommendation name the fastest by that same estimate."""
+    ref = [10.0 * k for k in range(1, 10)]  # 4x2: median 50
+    odd = [w * (1.1 if k < 5 else 0.5) for k, w in enumerate(ref)]  # 2x4: median 35, paired 1.1x slower
+    fast = [w / 4 for w in ref]  # 8x1: a quarter of 4x2's every step
+    rows = rows_of(trial("4x2", ref) + trial("2x4", odd) + trial("8x1", fast))
+    assert rows["2x4"]["step_ms_median"] < rows["4x2"]["step_ms_median"]
+    assert rows["2x4"]["speedup_vs_slowest"] == 1.0 and rows["2x4"]["slowest"]
+    assert rows["4x2"]["speedup_vs_slowest"] == pytest.approx(1.1) and rows["4x2"]["comparison"] == "paired over 9 steps"
+    assert rows["8x1"]["speedup_vs_slowest"] == pytest.approx(4.4) and rows["8x1"]["fastest"]
+    assert min(r["speedup_vs_slowest"] for r in rows.values()) == 1.0
+    assert verdict(list(rows.values())).startswith("8x1 is 4.40x faster than 2x4 (95% CI ")
+    assert recommendation(list(rows.values()), Policy(allow_busy=True)).startswith("use 8x1 for effective batch 8")
+    # the two alone: the faster by the paired estimate is the fastest, measured against the other
+    pair = rows_of(trial("4x2", ref) + trial("2x4", odd))
+    assert pair["2x4"]["slowest"] and pair["4x2"]["fastest"] and pair["4x2"]["speedup_vs_slowest"] == pytest.approx(1.1)
+    assert verdict(list(pair.values())).startswith("no clear difference between 4x2 and 2x4 ")
+
+
 def test_ties_in_the_recommendation_use_the_paired_comparison():
     """A third trial as fast as the best, step by step, is named as a tie; the overlapping
     intervals of the slower one no longer make it one."""

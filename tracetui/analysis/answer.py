@@ -11,6 +11,7 @@ from ..core.columns import fmt_duration, fmt_gib
 from ..events.schema import MISMATCH, RUN_FAILED_KINDS
 from ..core.knobs import KNOBS
 from ..core.knobs import sft_args as knob_sft_args
+from .compare import ends_of, faster_first
 from .diagnosis import MEMORY_SHARE
 from .runs import LIVE_STATUSES
 from .stats import MIN_INTERVAL_STEPS
@@ -102,8 +103,7 @@ def verdict(rows: list[dict], policy: Policy = Policy()) -> str:
         if (machine, eb) in unplanned:
             lines.append(f"effective batch {eb}{where}: no verdict ({unplanned[(machine, eb)]})")
             continue
-        fastest = min(group, key=lambda r: r["step_ms_median"])
-        slowest = max(group, key=lambda r: r["step_ms_median"])
+        fastest, slowest = ends_of(group)
         mem = ""
         if fastest.get("peak_mem_gib") is not None:
             cap = fastest.get("memory_limit_gib") or fastest.get("mem_total_gib")
@@ -203,7 +203,7 @@ def _recommend(rows: list[dict], policy: Policy, speak: Callable[[dict], str] | 
         if refused:
             yield None, refused
             continue
-        best = min(same, key=lambda r: r["step_ms_median"])
+        best = min(same, key=faster_first(same))
         text = _recommendation(best, eb, group, ok, same, policy, speak)
         if len({k[0] for k in groups}) > 1:  # logs of several machines (or files): which one
             text = text.replace(f"effective batch {eb}", f"effective batch {eb} on {_m}", 1)

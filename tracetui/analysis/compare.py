@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..events.schema import RUN_FAILED_KINDS
 from .pairing import StepKey, paired_log_ratios
@@ -104,9 +104,6 @@ def add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: 
     steps_of = steps_of or {}
     paired_spread = paired_run_spread(steps_of)
     for group in by_group.values():
-        slowest = max(group, key=lambda r: r["step_ms_median"])
-        fastest = min(group, key=lambda r: r["step_ms_median"])
-        sw = boots_of.get(split_key(slowest))
         pairs = max(1, len(group) * (len(group) - 1) // 2)
         # every pair, each way: the ratio of the other's step to this one's (the recommendation's ties)
         for r in group:
@@ -118,9 +115,11 @@ def add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: 
                     est, lo, hi, _n, _scope = got
                     a["paired_vs"][b["trial"]] = (math.exp(est), math.exp(lo), math.exp(hi))
                     b["paired_vs"][a["trial"]] = (math.exp(-est), math.exp(-hi), math.exp(-lo))
+        slowest = slowest_of(group)
+        sw = boots_of.get(split_key(slowest))
         for r in group:
             r["speedup_vs_slowest"] = slowest["step_ms_median"] / r["step_ms_median"]
-            r["fastest"] = r is fastest
+            r["slowest"] = r is slowest
             if r is not slowest:  # (the slowest keeps the interval of its own ratio, 1)
                 got, why = paired_compare(r, slowest, steps_of, results, pairs, paired_spread, spread)
                 if got is not None:
@@ -140,6 +139,42 @@ def add_speedups(rows: list[dict], boots_of: dict[tuple, list[float]], results: 
             elif sw is not None and mine is not None:  # no interval from too few steps
                 lo, hi = ratio_ci(sw, mine)
                 r["speedup_ci_low"], r["speedup_ci_high"] = lo, hi
+        fastest = min(group, key=faster_first(group))
+        for r in group:
+            r["fastest"] = r is fastest
+
+
+def slowest_of(group: list[dict]) -> dict:
+    """The split the group's speedups are measured against: one that no other split of the group
+    is slower than by the estimate the table gives (the paired one, ``paired_vs``, where their
+    steps pair, else the ratio of the medians), the slowest median among those. A paired estimate
+    can rank two nearly tied splits the other way round from their medians (six steps of 1x4
+    paired 0.92x of 2x2's while its median was 10% lower): against the slowest median, the table
+    would then call one split 0.92x "faster" than the slowest. Where the estimates go round in a
+    circle (each within the other's noise), no split qualifies: the slowest median."""
+    def ratio(r: dict, of: dict) -> float:  # how much faster r is than ``of``
+        paired = r["paired_vs"].get(of["trial"])
+        return paired[0] if paired else of["step_ms_median"] / r["step_ms_median"]
+
+    by_median = sorted(group, key=lambda r: r["step_ms_median"], reverse=True)
+    return next((s for s in by_median if all(ratio(r, s) >= 1.0 for r in group if r is not s)), by_median[0])
+
+
+def faster_first(rows: list[dict]) -> Callable[[dict], tuple]:
+    """The sort key that puts the faster of ``rows`` first: by the speedups' estimate (the
+    greatest ``speedup_vs_slowest``, paired where the steps pair) where all were measured against
+    one reference (one group of :func:`add_speedups`), then by the median step."""
+    one_group = len({r.get("world_size") for r in rows}) == 1 and all(r.get("speedup_vs_slowest") for r in rows)
+    return lambda r: (-r["speedup_vs_slowest"] if one_group else 0.0, r["step_ms_median"])
+
+
+def ends_of(group: list[dict]) -> tuple[dict, dict]:
+    """The fastest split of a group and the one its speedups were measured against, as
+    :func:`add_speedups` marked them (``fastest``, ``slowest``: :func:`slowest_of`); in rows that
+    never had speedups, the shortest and the longest median."""
+    fastest = next((r for r in group if r.get("fastest")), None) or min(group, key=lambda r: r["step_ms_median"])
+    slowest = next((r for r in group if r.get("slowest")), None) or max(group, key=lambda r: r["step_ms_median"])
+    return fastest, slowest
 
 
 def paired_run_spread(steps_of: dict[tuple, list[list[StepKey]]]) -> dict[str, tuple[float, int]]:

@@ -292,7 +292,7 @@ def check_rows(rows: list[dict]) -> list[str]:
 
 #: row fields that are for the program, not for a table (the read-back settings as one dict,
 #: intermediate values of the analysis)
-_INTERNAL = {"settings", "fastest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
+_INTERNAL = {"settings", "fastest", "slowest", "forward_ms_per_micro", "warmup_steps", "memory_limit_gib", "loss_finite",
              "varied", "knob_values", "failed_kinds",
              # each other split of the group: the ratio of its step to this one's, paired, with its interval
              "paired_vs"}

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ...analysis import BOUNDS, MEMORY_SHARE, Results, RunData, step_span
 from ...analysis.between import between_words
+from ...analysis.compare import ends_of
 from ...core.columns import STATUS_STYLE, fmt
 from ...events.schema import FAIL_KINDS
 from ...core.phases import PHASES
@@ -186,7 +187,7 @@ class DetailPane(Pane):
         sp = row.get("speedup_vs_slowest")
         if sp is not None:
             group = [r for r in group_of(row, self.rows) if r.get("step_ms_median")]
-            slow = max(group, key=lambda r: r["step_ms_median"]) if group else row
+            slow = ends_of(group)[1] if group else row
             text.append(f" · {sp:.2f}x vs {row_name(slow)}", style="bold" if row.get("fastest") else "")
             if row.get("speedup_ci_low") is not None and row["speedup_ci_low"] != row.get("speedup_ci_high"):
                 text.append(f" [{row['speedup_ci_low']:.2f}-{row['speedup_ci_high']:.2f}]")

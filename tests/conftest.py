@@ -48,9 +48,11 @@ def pytest_collection_finish(session):
 
 
 def pytest_configure(config):
-    """A pytest-xdist worker starts with SIGINT ignored, and so would every process it starts: a
-    test of Ctrl-C (sent to itself, to a sweep, to a script) needs it as a terminal delivers it."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    """A pytest-xdist worker starts with SIGINT ignored, and so would every process it starts, as
+    does a pytest started in the background by a shell without job control (``pytest -n 0 &``, a
+    CI runner's): a test of Ctrl-C (sent to itself, to a sweep, to a script) needs it as a terminal
+    delivers it (with it ignored, the test of a check that waits on a silent hub waited forever)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -12,6 +12,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import uuid
 import warnings
 from pathlib import Path
 
@@ -490,6 +491,41 @@ def cpu_memory_limit(above_gib: float) -> float:
             with ProcessPoolExecutor(1, mp_context=trial_context()) as pool:
                 _DATA_BASE["gib"] = pool.submit(data_peak_gib).result()
     return round(_DATA_BASE["gib"] + above_gib, 2)
+
+
+# ---- a Ray cluster (tests/raycluster.py) ----
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real Ray cluster on this machine (Ray's own ``ray.cluster_utils.Cluster``): a head node and
+    one more, one CPU each, started once for each module that asks (:mod:`tests.raycluster`)."""
+    from ray.cluster_utils import Cluster
+
+    from .raycluster import MARK
+
+    os.environ[MARK] = uuid.uuid4().hex
+    for attempt in range(3):  # (Ray gives a node 30 s to register: on a loaded machine, not always enough)
+        c = Cluster(initialize_head=False)
+        try:
+            c.add_node(num_cpus=1, include_dashboard=False)
+            c.add_node(num_cpus=1)
+            c.wait_for_nodes()
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for it; started again, or re-raised
+            c.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
+    yield c
+    c.shutdown()
+    os.environ.pop(MARK, None)
+
+
+@pytest.fixture
+def fresh_lanes(monkeypatch):
+    """Each run on the cluster a fresh process (``TRACETUI_START=spawn``, as ``--fresh``): the
+    lanes start no fork server, which imports torch, transformers and TRL that the stand-in
+    worker does not need. The forked lanes are the two-node sweep's and the script sweep's."""
+    monkeypatch.setenv("TRACETUI_START", "spawn")
 
 
 # ---- real sweeps shared by the tests that read them (each runs once a session, when first asked) ----

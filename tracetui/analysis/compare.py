@@ -148,10 +148,10 @@ def slowest_of(group: list[dict]) -> dict:
     """The split the group's speedups are measured against: one that no other split of the group
     is slower than by the estimate the table gives (the paired one, ``paired_vs``, where their
     steps pair, else the ratio of the medians), the slowest median among those. A paired estimate
-    can rank two nearly tied splits the other way round from their medians (six steps of 1x4
-    paired 0.92x of 2x2's while its median was 10% lower): against the slowest median, the table
-    would then call one split 0.92x "faster" than the slowest. Where the estimates go round in a
-    circle (each within the other's noise), no split qualifies: the slowest median."""
+    can rank two nearly tied splits the other way round from their medians (a split with the lower
+    median slower on most of the steps both trained): measured against the slowest median, the
+    table would call that split less than 1x "faster" than the slowest. Where the estimates go
+    round in a circle (each within the other's noise), no split qualifies: the slowest median."""
     def ratio(r: dict, of: dict) -> float:  # how much faster r is than ``of``
         paired = r["paired_vs"].get(of["trial"])
         return paired[0] if paired else of["step_ms_median"] / r["step_ms_median"]

@@ -52,5 +52,3 @@ def stub_sweep(tmp_path: Path, name: str, on_event=None, **cfg):
     finally:
         sweep.close()
     return sweep, outcomes, read_events([sweep.log.path]).events
-
-

@@ -402,3 +402,33 @@ def test_builtin_sweep_file_trains_as_measured(emitted):
     assert_as_measured(args, adapter, best)
     assert (adapter["r"], adapter["lora_alpha"], args.learning_rate, args.max_length) == (8, 32, 1e-4, 64)
     assert str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) == "constant"
+
+
+@pytest.mark.slow
+def test_what_the_file_needs_of_trl_is_read_forked_from_the_fork_server(monkeypatch):
+    """Where the sweep's fork server runs, the read of TRL's parser, fields and releases that
+    ``--emit-config`` starts with the sweep is a process forked from it (TRL imported already),
+    not a fresh interpreter importing TRL beside the runs being measured; without a server
+    (``TRACETUI_START=spawn``), a fresh interpreter. The same facts either way, and as read here."""
+    from tracetui.outputs import trl_facts
+    from tracetui.runner.lifetime import trial_context
+
+    args = ["--model_name_or_path", "m", "--per_device_train_batch_size", "2", "--learning_rate", "3e-5"]
+    here = trl_facts.read_facts("trl sft", tuple(args)).to_json()
+    started = []
+    spawn = subprocess.Popen
+
+    def interpreter(*a, **k):
+        started.append(a[0])
+        return spawn(*a, **k)
+
+    monkeypatch.setattr(trl_facts.subprocess, "Popen", interpreter)
+    for start in ("forkserver", "spawn"):
+        monkeypatch.setenv("TRACETUI_START", start)
+        monkeypatch.setattr(trl_facts, "_prepared", {})
+        if start == "forkserver":
+            trial_context()  # (the sweep's server)
+        trl_facts.prepare("trl sft", args)
+        got = trl_facts._prepared[trl_facts._key("trl sft", args)].result()  # (None: it failed, read again)
+        assert got is not None and got.to_json() == here, start
+        assert len(started) == (start == "spawn"), (start, started)

@@ -506,12 +506,14 @@ def _started(runs: Path) -> bool:
 def _ctrl_c_twice(folder: Path) -> list[tuple]:
     """Four real sweeps, each sent Ctrl-C once its run's worker is up (it has said it started: a
     Ctrl-C before that, even once the run's log is made, stops a sweep that has no run to report
-    as interrupted), then again and again every 50 ms until it has gone; what each said and left."""
+    as interrupted), then again and again every 50 ms until it has gone; what each said and left.
+    Each run has more steps than it can take before the first Ctrl-C lands (with three, one run
+    ended before it, and was rightly not interrupted); the Ctrl-C ends it in any case."""
     tries = []
     try:
         for n in range(4):
             runs, out = folder / f"runs{n}", folder / f"out{n}.csv"
-            proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 3, "--warmup", 1,
+            proc = _start(["--export", "csv", "-o", out, "--splits", "4x1", "--steps", 200, "--warmup", 1,
                            "--seq-len", 32, "--repeats", 1, "--runs-dir", runs], folder)
             tries.append((runs, out, proc))
         pressed = set()

@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from ..core.foreign import parser_actions
-from ..runner.forkrun import own_output
-from ..runner.lifetime import forking, process_gone, release_server, server_pid, set_parent_death_signal, trial_context
+from ..runner.forkrun import quiet_helper
+from ..runner.lifetime import forking, process_gone, server_pid, trial_context
 
 #: keys of a TRL config file that are no dataclass field: ``TrlParser`` reads them itself
 #: (``env``: environment variables set before training)
@@ -300,9 +300,7 @@ def facts(program: str, args: list[str] | None) -> TrlFacts:
 def _serve_forked(program: str, args: tuple[str, ...] | None, writer, server: int) -> None:
     """The prepared read forked from the fork server: :class:`TrlFacts` (JSON) through ``writer``.
     It dies with the server, as a trial does, and what the libraries print goes nowhere."""
-    release_server()
-    set_parent_death_signal(server)
-    own_output(os.devnull)
+    quiet_helper(server)
     try:
         os.nice(10)  # below the runs it shares the machine with
     except OSError:

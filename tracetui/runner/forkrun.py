@@ -81,6 +81,17 @@ def run(payload: dict) -> None:
             os._exit(code)
 
 
+def quiet_helper(server: int | None) -> None:
+    """In a process forked from the fork server to answer tracetui through a pipe (a check, a read
+    of TRL): as a trial, it lets go of the server's alive pipe and dies with the server; what the
+    libraries print on the way goes nowhere (over the monitor's screen, or above a one-line
+    refusal, it would be noise)."""
+    release_server()
+    if server:
+        set_parent_death_signal(server)
+    own_output(os.devnull)
+
+
 def own_output(log_path: str, fd: int | None = None) -> None:
     """stdin from /dev/null, stdout and stderr to the run's log (as a fresh process would have;
     ``os.devnull`` for a process whose output nobody reads); ``fd``: the run's output pipe, which

@@ -14,8 +14,8 @@ from ..core.nvml import NvmlUnavailable, device_count
 from ..core.nvml import names as gpu_names
 from ..core.presets import build_config
 from ..core.text import say
-from .forkrun import own_output
-from .lifetime import release_server, restart_server_if_gone, server_pid, set_parent_death_signal
+from .forkrun import quiet_helper
+from .lifetime import restart_server_if_gone, server_pid
 from .sources import load_text_dataset
 
 
@@ -265,14 +265,11 @@ def validate_deep_forked(cfg: SweepConfig, ctx) -> None:
 
 
 def _checks_child(cfg: SweepConfig, writer, server: int | None) -> None:
-    release_server()  # as a trial: dies with tracetui, and the driver's own CUDA check
-    if server:
-        set_parent_death_signal(server)
-    # The answer goes through the pipe; what the libraries print while they load (the data set
-    # loader's progress bar, a hub's warnings) would land on the user's terminal: over the
-    # monitor's screen, or above the one-line refusal. A check that fails otherwise than as a
-    # configuration error runs again in tracetui, where its traceback shows.
-    own_output(os.devnull)
+    # as a trial: dies with tracetui, and the driver's own CUDA check. The answer goes through the
+    # pipe; what the libraries print while they load (the data set loader's progress bar, a hub's
+    # warnings) goes nowhere. A check that fails otherwise than as a configuration error runs
+    # again in tracetui, where its traceback shows.
+    quiet_helper(server)
     try:
         validate_deep(cfg)
         answer: Any = "ok"

@@ -28,6 +28,12 @@ from tracetui.events.log import read_events
 from .conftest import ROOT, held_import, kill_left, outcome, read_csv, scenarios, wait_until
 
 TINY = ["--steps", 200, "--warmup", 1, "--seq-len", 32, "--repeats", 1, "--effective-batch", 4]
+#: how long a worker left alone would train on: about 3 minutes of tiny steps (some 36 ms each on
+#: an idle two-core machine), far beyond the wait for its end (:data:`WENT_WITHIN_S`)
+LONG = ["--steps", 5000, *TINY[2:]]
+#: the wait for a worker to go once its sweep is killed: the kernel's parent-death signal acts at
+#: once, but on a loaded machine the fork server it hangs from may take seconds to exit
+WENT_WITHIN_S = 30
 
 
 def _env(**extra):
@@ -65,9 +71,9 @@ def _second_sweep_on_the_same_output(folder: Path, start: str) -> dict:
     """A sweep writing ``out.csv`` (trials started by ``start``), and a second one on the same
     path started once the first has begun (its event log exists: its outputs are locked); what
     the second said while the first's worker trained; then SIGKILL of the first, and whether its
-    worker went within 5 s."""
+    worker went within :data:`WENT_WITHIN_S` (it had minutes of steps left)."""
     runs, out = folder / "runs", folder / "out.csv"
-    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *TINY, "--runs-dir", runs], folder,
+    first = _start(["--export", "csv", "-o", out, "--splits", "4x1", *LONG, "--runs-dir", runs], folder,
                    TRACETUI_START=start)
     got = dict(first=first, runs=runs, out=out, folder=folder)
     wait_until(lambda: list(runs.glob("*/events.jsonl")) or first.poll() is not None, 180)
@@ -89,7 +95,7 @@ def _second_sweep_on_the_same_output(folder: Path, start: str) -> dict:
         first.kill()
         first.wait(30)
     try:
-        wait_until(lambda: not _alive(got["pid"]), 5)  # the kernel's parent-death signal
+        wait_until(lambda: not _alive(got["pid"]), WENT_WITHIN_S)  # the kernel's parent-death signal
         got["worker_went"] = True
     except AssertionError:
         got["worker_went"] = False
@@ -120,7 +126,7 @@ def test_same_output_refused_then_sigkill_leaves_no_worker_and_no_lock(same_outp
         "which is still running; wait for it to finish, or give another path"]
     assert not (folder / "runs2").exists() or not list((folder / "runs2").glob("*/*.log"))
     assert first.returncode == -signal.SIGKILL
-    assert got["worker_went"], "the worker outlived its killed sweep by more than 5 s"
+    assert got["worker_went"], f"the worker outlived its killed sweep by more than {WENT_WITHIN_S} s"
     # the lock went with the process: the path is free again, though the lock file stayed
     from tracetui.session.output_paths import lock_output, release_outputs
 

@@ -336,10 +336,15 @@ def test_the_probe_adds_nothing_that_can_shadow_the_users_modules(tmp_path):
     ours = [p for p in env["PYTHONPATH"].split(os.pathsep) if p not in users]
     names = {n for p in ours for n in os.listdir(p)} - {"__pycache__", "__init__.py"}
     assert names == {"sitecustomize.py", "tracetui"}, names
-    code = "import tracetui.callbacks.attach, sitecustomize; print(tracetui.__file__)"
+    # a script started with that path finds tracetui's sitecustomize and the callback there (found, not
+    # imported: importing it imports transformers, which every probed run of the suite does already)
+    code = ("import importlib.util, sys, tracetui\n"
+            "print(sys.modules['sitecustomize'].__file__, importlib.util.find_spec('tracetui.callbacks.attach').origin)")
     done = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=env["PYTHONPATH"]), cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    site, attach = done.stdout.split()
+    assert [str(Path(site).parent), str(Path(attach).parents[2])] == ours, (site, attach)
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ from ..events.log import EventLog, ReadReport, read_events
 from ..core.text import clean
 from ..events.sockpath import ListenerError, default_socket_path, socket_origin
 from ..events.wire import SocketListener
+from ..tui.terminal import no_terminal
 
 
 def _show_parser() -> Parser:
@@ -312,7 +313,8 @@ def sweep_main(argv: list[str]) -> int:
         check_script_exists(cmd)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    cfg, splits = load_config(ns, deep=False, cmd=cmd)
+    # (the monitor without a terminal refused before the sweep starts its fork server)
+    cfg, splits = load_config(ns, deep=False, cmd=cmd, refuse=None if ns.export or getattr(ns, "dry_run", False) else no_terminal)
     try:
         check_settings_reach(cfg)
         if cfg.emit_patch:

@@ -30,6 +30,7 @@ from ..planning.search import make_planner
 from ..session.exits import EXIT_INTERRUPTED, EXIT_OK, UsageError, fail_line
 from ..session.headless import run_headless
 from ..session.loading import load_config
+from ..tui.terminal import no_terminal
 from ..session.output_paths import check_writable
 from ..session.parser import Parser, add_output_args
 
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         ns = build_parser().parse_args(argv)
         refuse_patch(ns)
         # the monitor opens before the checks that import the libraries, and says it waits on them
-        cfg, splits = load_config(ns, defer=not ns.export and not ns.dry_run)
+        monitor = not ns.export and not ns.dry_run
+        cfg, splits = load_config(ns, defer=monitor, refuse=no_terminal if monitor else None)
     except (UsageError, ConfigError) as exc:
         return fail_line(str(exc))
     except KeyboardInterrupt:

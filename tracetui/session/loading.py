@@ -5,6 +5,8 @@ the model, data and device, here or in a process forked from the fork server.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..core.accepted import refusal as accepted_refusal
 from ..core.accepted import valid_list
 from ..core.checks import check_runs_dir, validate
@@ -20,6 +22,7 @@ from ..runner.preflight import (
     validate_deep,
     validate_deep_forked,
 )
+from .exits import UsageError
 from .output_paths import check_outputs, release_outputs
 
 
@@ -45,13 +48,16 @@ def check_accepted(cfg: SweepConfig, cmd: list[str] | None = None) -> None:
                 raise ConfigError(flag, (f"{name}: " if flag == "--vary" else "") + why, valid_list(knob.accepts, home))
 
 
-def load_config(ns, deep: bool = True, defer: bool = False, cmd: list[str] | None = None) -> tuple[SweepConfig, list]:
+def load_config(ns, deep: bool = True, defer: bool = False, cmd: list[str] | None = None,
+                refuse: Callable[[], str | None] | None = None) -> tuple[SweepConfig, list]:
     """The validated config and its splits; ``deep`` also checks model, data and device (not
     for ``sweep``, where the script owns those). ``defer``: where those checks run in a process
     forked from the fork server (which imports torch, transformers and TRL: seconds), start the
     server and leave them to :func:`deferred_checks`, so that the monitor can open at once and
     say what it waits for; ``ns.checks_deferred`` says whether they were left. ``cmd``: the
-    script a ``sweep`` runs (:func:`check_accepted`)."""
+    script a ``sweep`` runs (:func:`check_accepted`). ``refuse``: why the command cannot run here
+    (None: it can), asked once the settings passed and before anything starts (the monitor
+    without a terminal: no fork server importing for seconds to be stopped)."""
     cfg = from_args(ns)
     splits = validate(cfg)
     check_accepted(cfg, cmd)
@@ -59,6 +65,10 @@ def load_config(ns, deep: bool = True, defer: bool = False, cmd: list[str] | Non
     if getattr(ns, "project_steps", None) is not None and ns.project_steps < 1:
         raise ConfigError("--project-steps", f"must be at least 1, got {ns.project_steps}", "give e.g. 1000")
     check_outputs(ns, cfg, lock=not getattr(ns, "dry_run", False))
+    why = refuse() if refuse else None
+    if why:
+        release_outputs()
+        raise UsageError(why)
     try:
         if deep:
             check_start_env()

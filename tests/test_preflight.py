@@ -1,11 +1,10 @@
 """The fork server's share of the work: the deep checks (model, LoRA targets, data, device) run
 in a process forked from it, so that tracetui's own process never imports torch, transformers
-or PEFT; and what every trial would repeat is done in it once."""
+or PEFT (a sweep in a process of its own says so: tests/test_preload.py); and what every trial
+would repeat is done in it once."""
 
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -13,39 +12,10 @@ from tracetui.core.config import ConfigError, SweepConfig
 from tracetui.runner import preflight
 from tracetui.runner.lifetime import forking, trial_context
 
-from .conftest import held_import, kill_left, outcome, scenarios, wait_until
+from .conftest import held_import, kill_left, wait_until
 
 pytestmark = [pytest.mark.slow,  # each test starts a fork server (its imports: torch, transformers, TRL)
               pytest.mark.skipif(not forking(), reason="the fork server runs on Linux only")]
-
-
-def _sweep_in_a_process_of_its_own(folder: Path) -> dict:
-    """``tracetui.cli.main.main`` of a short sweep in a fresh interpreter, which then says whether it
-    holds any of the heavy libraries."""
-    script = folder / "run.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
-        from tracetui.cli.main import main
-
-        if __name__ == "__main__":
-            rc = main(["--export", "json", "-o", {str(folder / 's.json')!r}, "--splits", "2x2",
-                       "--steps", "2", "--warmup", "1", "--repeats", "1", "--seq-len", "16",
-                       "--runs-dir", {str(folder / 'runs')!r}])
-            heavy = [m for m in ("torch", "transformers", "peft", "trl", "datasets") if m in sys.modules]
-            print(rc, heavy)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    return dict(proc=proc, summary=folder / "s.json")
-
-
-if forking():
-    scenarios(__name__, {"without torch": _sweep_in_a_process_of_its_own})
-
-
-def test_a_sweep_runs_without_torch_in_tracetui_itself(scenario_results):
-    got = outcome(scenario_results[__name__], "without torch")
-    assert got["proc"].stdout.strip() == "0 []", got["proc"].stderr
-    assert '"status": "ok"' in got["summary"].read_text()
 
 
 def test_a_check_that_fails_in_the_forked_process_is_the_users_one_line(monkeypatch):

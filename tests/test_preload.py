@@ -1,6 +1,6 @@
 """The fork server's start and end: the optional packages kept out of its imports (and still
-importable by a trial), a library that cannot do without one imported after all, and a server
-that ends with tracetui instead of after it."""
+importable by a trial), a library that cannot do without one imported after all, tracetui's own
+process without any of its libraries, and a server that ends with tracetui instead of after it."""
 
 import json
 import os
@@ -112,30 +112,52 @@ def test_asked_to_the_server_imports_the_optional_packages_as_the_libraries_woul
     assert out.stdout.split() == ["[]", "False"], out.stderr
 
 
-def _orphaned_server(tmp_path: Path):
-    """A short-lived tracetui process whose fork server has served, under a subreaper: how the
-    server ended, once handed to it."""
-    helper = tmp_path / "reaper.py"
-    helper.write_text(textwrap.dedent("""
+def _sweep_in_a_process_of_its_own(folder: Path) -> dict:
+    """A short sweep (``tracetui.cli.main.main``) in a fresh interpreter, which then says its exit
+    status, which of the heavy libraries it holds and its fork server's pid, run under a
+    subreaper: the server, orphaned once that interpreter has gone, is handed to it, and how the
+    server ended is read there."""
+    script = folder / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        from tracetui.cli.main import main
+        from tracetui.runner.lifetime import server_pid
+
+        if __name__ == "__main__":
+            rc = main(["--export", "json", "-o", {str(folder / 's.json')!r}, "--splits", "2x2",
+                       "--steps", "2", "--warmup", "1", "--repeats", "1", "--seq-len", "16",
+                       "--runs-dir", {str(folder / 'runs')!r}])
+            heavy = [m for m in ("torch", "transformers", "peft", "trl", "datasets") if m in sys.modules]
+            print(rc, heavy, server_pid())
+    """))
+    reaper = folder / "reaper.py"
+    reaper.write_text(textwrap.dedent(f"""
         import ctypes, json, os, subprocess, sys
         PR_SET_CHILD_SUBREAPER = 36
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        child = subprocess.run([sys.executable, "-c",
-            "from tracetui.runner.lifetime import trial_context, server_pid\\n"
-            "from tracetui.runner.preflight import validate_deep_forked\\n"
-            "from tracetui.core.config import SweepConfig\\n"
-            "validate_deep_forked(SweepConfig(), trial_context())\\n"  # the server is up and has served
-            "print(server_pid())"], capture_output=True, text=True)
-        server = int(child.stdout.split()[-1])
-        _, status = os.waitpid(server, 0)  # handed to us once tracetui's process has gone
-        print(json.dumps({"tracetui": child.returncode, "signalled": os.WIFSIGNALED(status),
-                          "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}))
+        child = subprocess.run([sys.executable, {str(script)!r}], capture_output=True, text=True)
+        *said, server = child.stdout.split()
+        _, status = os.waitpid(int(server), 0)  # handed to us once tracetui's process has gone
+        print(json.dumps({{"tracetui": child.returncode, "said": " ".join(said), "stderr": child.stderr[-3000:],
+                          "signalled": os.WIFSIGNALED(status),
+                          "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}}))
     """))
-    return subprocess.run([sys.executable, str(helper)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(reaper)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), summary=folder / "s.json")
 
 
 if forking():
-    scenarios(__name__, {"orphaned server": _orphaned_server})
+    scenarios(__name__, {"own process": _sweep_in_a_process_of_its_own})
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_without_torch_in_tracetui_itself(scenario_results):
+    """The deep checks and the trials run in processes forked from the fork server: tracetui's
+    own process never imports torch, transformers, PEFT, TRL or datasets."""
+    got = outcome(scenario_results[__name__], "own process")
+    assert (got["tracetui"], got["said"]) == (0, "0 []"), got["stderr"]
+    assert '"status": "ok"' in got["summary"].read_text()
 
 
 @pytest.mark.slow
@@ -143,7 +165,5 @@ def test_the_fork_server_ends_with_tracetui_not_after_it(scenario_results):
     """Left to end by itself the server outlives tracetui by its own interpreter's shutdown,
     holding tracetui's output open meanwhile; tracetui kills it as it exits. Read through a
     subreaper, which the orphaned server is handed to: how it ended (killed, not exited)."""
-    out = outcome(scenario_results[__name__], "orphaned server")
-    assert out.returncode == 0, out.stderr
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got == {"tracetui": 0, "signalled": True, "signal": signal.SIGKILL}
+    got = outcome(scenario_results[__name__], "own process")
+    assert (got["tracetui"], got["signalled"], got["signal"]) == (0, True, signal.SIGKILL), got["stderr"]

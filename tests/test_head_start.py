@@ -162,6 +162,7 @@ def test_when_runs_get_head_starts():
     assert head_starts_apply(search_cfg, make_planner(search_cfg, trials), [None], "cuda") == (True, "")
 
 
+@pytest.mark.slow  # (two sweeps of the stand-in worker: real processes from the fork server, 15 s)
 def test_a_search_starts_early_only_what_it_has_decided_and_picks_as_without(tmp_path):
     """The stand-in worker's search of effective batch 8 on the CPU (no memory bound: no probes;
     the largest micro-batch, then its neighbour): each split's second run, decided with its first,

@@ -205,6 +205,7 @@ def test_the_monitor_groups_and_filters_trials_by_a_varied_setting():
     assert values[4][0][1] == 8 and "every trial" in values[4][1]
 
 
+@pytest.mark.slow  # (a script sweep of a Python script starts the fork server)
 def test_a_script_sweep_sets_the_varied_settings_on_the_command_line(tmp_path):
     """``tracetui sweep --vary ... -- python train.py``: each trial's command carries its split and
     its varied values as the flags HfArgumentParser reads; the trial's settings reach the script's

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tracetui.analysis import Results
 from tracetui.core.checks import validate
 from tracetui.core.config import SweepConfig
@@ -18,6 +20,10 @@ from tracetui.events.log import read_events
 
 from .conftest import read_csv, run_main
 from .stubs import worker as stub_worker
+
+# (each test starts real processes from tracetui's fork server, which imports torch, transformers
+# and TRL whatever the stand-ins need: seconds, not a unit test's time)
+pytestmark = pytest.mark.slow
 
 STUB = Path(__file__).parent / "stubs" / "trainer.py"
 

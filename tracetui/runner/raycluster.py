@@ -24,7 +24,6 @@ import contextlib
 import os
 import queue as queue_mod
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -45,8 +44,6 @@ DRAIN_EVERY_S = 0.05
 #: how often a run's supervisor asks Ray whether the run's call still runs (seconds): a call into
 #: Ray each time, and it asks after every event (benchmarks/ray_events.py measured the difference)
 ALIVE_EVERY_S = 0.05
-#: how long an address given to --ray has to take a connection before it is refused
-REACH_WITHIN_S = 5.0
 #: how long the lanes' runners have to end what runs there before they are killed
 CLOSE_WITHIN_S = 10.0
 #: how long a node has to say what it has (:meth:`Cluster._facts`) before it is left out
@@ -75,7 +72,6 @@ class EventHub:
 
     def signal(self, run_id: str, sig: int) -> None:
         self.signals.setdefault(run_id, []).append(sig)
-
 
 
 @dataclass
@@ -384,15 +380,9 @@ class RayExecutor:
 
 def connect(address: str, world_size: int, want_gpus: bool, folders: list[str], fresh: bool = False) -> Cluster:
     """The cluster for ``--ray ADDRESS``, with at least one lane; a :class:`ConfigError` naming
-    why there is none, or why Ray cannot be reached. ``fresh``: each run a fresh process."""
-    fix = "start one (ray start --head) or give its address; --ray alone starts one here"
-    unreachable = _unreachable(address)
-    if unreachable:  # (Ray itself retries an address that does not answer for minutes)
-        raise ConfigError("--ray", f"cannot reach a Ray cluster at {address} ({unreachable})", fix)
-    try:
-        cluster = Cluster(address, world_size, want_gpus, folders, fresh)
-    except ConnectionError as exc:
-        raise ConfigError("--ray", f"cannot reach a Ray cluster at {address} ({exc})", fix) from None
+    why there is none, a :class:`ConnectionError` where Ray cannot reach it (said by
+    :func:`.onray.ray_executor`). ``fresh``: each run a fresh process."""
+    cluster = Cluster(address, world_size, want_gpus, folders, fresh)
     if not cluster.lanes:
         said = "; ".join(cluster.refused) or "no node is alive"
         cluster.close()
@@ -401,14 +391,3 @@ def connect(address: str, world_size: int, want_gpus: bool, folders: list[str], 
     return cluster
 
 
-def _unreachable(address: str) -> str | None:
-    """Why ``HOST:PORT`` takes no connection within :data:`REACH_WITHIN_S` (None: it does, or
-    the address is ``local``/``auto``, which Ray resolves and refuses at once)."""
-    host, _, port = address.rpartition(":")
-    if address in ("local", "auto") or not port.isdigit():
-        return None
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_WITHIN_S):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__

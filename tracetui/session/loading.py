@@ -17,6 +17,7 @@ from ..core.text import say
 from ..launch.dialects import launcher_for
 from ..launch.fork import environment_of
 from ..runner.lifetime import check_start_env, forking, trial_context
+from ..runner.onray import check_reachable
 from ..runner.preflight import (
     offline_if_hub_unreachable,
     validate_deep,
@@ -70,6 +71,7 @@ def load_config(ns, deep: bool = True, defer: bool = False, cmd: list[str] | Non
         release_outputs()
         raise UsageError(why)
     try:
+        check_reachable(cfg.ray)  # (a socket, before the fork server starts and the checks run)
         if deep:
             check_start_env()
             offline = offline_if_hub_unreachable(cfg)  # before the fork server: its trials inherit it

@@ -521,6 +521,20 @@ def ray_cluster():
 
 
 @pytest.fixture
+def starts(monkeypatch) -> list[str]:
+    """What a command started of the costly parts it may start once its settings pass: the fork
+    server (:func:`tracetui.runner.lifetime.trial_context`, as the settings' loading asks for it)
+    and a script sweep; each call recorded here instead, for the tests of what is refused before."""
+    from tracetui.cli import commands
+    from tracetui.session import loading
+
+    started: list[str] = []
+    monkeypatch.setattr(loading, "trial_context", lambda *a: started.append("fork server"))
+    monkeypatch.setattr(commands, "ScriptSweep", lambda *a, **k: started.append("script sweep"))
+    return started
+
+
+@pytest.fixture
 def fresh_lanes(monkeypatch):
     """Each run on the cluster a fresh process (``TRACETUI_START=spawn``, as ``--fresh``): the
     lanes start no fork server, which imports torch, transformers and TRL that the stand-in

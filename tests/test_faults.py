@@ -225,24 +225,19 @@ def test_monitor_without_a_terminal_says_so_at_once(faulted_sweeps):
     assert not (runs.exists() and any(runs.glob("*/*.log")))  # no worker ever started
 
 
-def test_the_monitor_without_a_terminal_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch):
+def test_the_monitor_without_a_terminal_is_refused_before_anything_starts(tmp_path, capsys, starts):
     """The built-in sweep's monitor and a script sweep's, without a terminal: the one line comes
     once the settings are checked and before the fork server (seconds of imports) or the sweep is
     started; the outputs they locked are free again."""
-    from tracetui.cli import commands
-    from tracetui.session import loading
     from tracetui.session.output_paths import lock_output, release_outputs
 
-    started = []
-    monkeypatch.setattr(loading, "trial_context", lambda *a: started.append("fork server"))
-    monkeypatch.setattr(commands, "ScriptSweep", lambda *a, **k: started.append("script sweep"))
     out = tmp_path / "out.json"
     for args in (["--steps", "4", "-o", str(out)], ["sweep", "-o", str(out), "--", sys.executable, "-c", "pass"]):
         assert main([*args, "--runs-dir", str(tmp_path / "runs")]) == 2
         assert capsys.readouterr().err.splitlines() == [
             "tracetui: error: the live monitor needs a terminal, and stdin or stdout is not one; "
             "add --export csv (or json) to run without it"]
-    assert started == [] and not list((tmp_path / "runs").glob("*/*.log"))
+    assert starts == [] and not list((tmp_path / "runs").glob("*/*.log"))
     lock_output(str(out), "--output")  # (a lock left behind would refuse it: another sweep's)
     release_outputs()
 

@@ -121,15 +121,9 @@ def test_a_monitor_whose_sweep_cannot_be_built_says_why():
     assert done.wait(10) and source.error == "could not start the sweep: RuntimeError: no way"
 
 
-def test_an_address_that_takes_no_connection_is_one_line_before_anything_runs(tmp_path, monkeypatch):
+def test_an_address_that_takes_no_connection_is_one_line_before_anything_runs(tmp_path, starts):
     """Ray itself retries an address that does not answer for minutes: refused in seconds, once the
     settings pass and before the fork server starts (seconds of imports) or a sweep is built."""
-    from tracetui.cli import commands
-    from tracetui.session import loading
-
-    started = []
-    monkeypatch.setattr(loading, "trial_context", lambda *a: started.append("fork server"))
-    monkeypatch.setattr(commands, "ScriptSweep", lambda *a, **k: started.append("script sweep"))
     for sub in ([], ["sweep"]):
         tail = ["--", sys.executable, str(STUB)] if sub else []
         proc = run_main(*sub, "--ray", "127.0.0.1:1", "--export", "csv", "-o", tmp_path / "o.csv", "--runs-dir",
@@ -137,4 +131,4 @@ def test_an_address_that_takes_no_connection_is_one_line_before_anything_runs(tm
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
         assert proc.stderr.startswith("tracetui: error: --ray: cannot reach a Ray cluster at 127.0.0.1:1 ("), proc.stderr
         assert not (tmp_path / "o.csv").exists()
-    assert started == []
+    assert starts == []

@@ -16,7 +16,8 @@ CLUSTER_FIX = "start one (ray start --head) or give its address; --ray alone sta
 
 def ray_executor(cfg: SweepConfig, want_gpus: bool, folders: list[str], fresh: bool = False) -> Executor:
     """The executor of ``--ray``'s cluster (:mod:`.raycluster`); a :class:`ConfigError` where
-    Ray is not installed, cannot be reached, or has no node that can take a trial. ``fresh``
+    Ray is not installed, cannot be reached, or has no node that can take a trial (an address that
+    takes no connection is refused before, as the settings are loaded: :func:`check_reachable`). ``fresh``
     (or forking off here, :func:`~.lifetime.forking`): each run a fresh process, not forked from
     its lane's fork server."""
     try:
@@ -24,7 +25,6 @@ def ray_executor(cfg: SweepConfig, want_gpus: bool, folders: list[str], fresh: b
     except ImportError as exc:
         raise ConfigError("--ray", f"Ray is not installed here ({exc})",
                           "pip install 'tracetui[ray]' (in a checkout: pip install -e '.[ray]')") from None
-    check_reachable(cfg.ray)
     try:
         cluster = raycluster.connect(cfg.ray, cfg.world_size, want_gpus, folders, fresh or not forking())
     except ConnectionError as exc:

@@ -43,12 +43,8 @@ def run_app(cfg, splits, ns, sweep=None, checks_deferred: bool = False) -> int:
     SIGTERM, SIGHUP (the SSH session dropped) and SIGINT stop the workers at once and make the
     monitor quit as ``q`` does: what was measured is written, the terminal restored, and the exit
     status is 128 + the signal. Signals that come later change nothing (see
-    :class:`~tracetui.session.signals.StopSignals`)."""
-    why = no_terminal()
-    if why:
-        if sweep is not None:
-            sweep.close()
-        return fail_line(why)
+    :class:`~tracetui.session.signals.StopSignals`). Its callers refuse a command without a
+    terminal before anything starts (:func:`tracetui.session.loading.load_config`'s ``refuse``)."""
     app: TraceApp | None = None
     source: SweepSource | None = None
     closed = threading.Event()

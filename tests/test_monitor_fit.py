@@ -148,6 +148,44 @@ def test_labels_too_long_for_the_column_keep_every_value_under_its_setting():
     assert len(set(names)) == len(names) and max(map(len, names)) <= 16
 
 
+
+def test_bar_labels_as_long_as_the_chart_never_crash_it():
+    """A bar chart's labels as long as its width, or a cell or two short of it: the bars keep half
+    of it and the labels end in an ellipsis (a label two cells short of the width left plotext's
+    bars no column, and the monitor crashed: a long GPU name in a replay of two machines)."""
+    import asyncio
+
+    from textual.app import App
+
+    from tracetui.core.phases import FIELDS
+    from tracetui.tui.widgets import PhaseChart, ThroughputChart
+
+    width = 40
+    rows = [dict({f: 2.0 for f in FIELDS}, machine="CPU", split="1x1", trial=f"1x1 optim={'w' * n}",
+                 step_ms_median=12.0, tokens_per_s=100.0 + n) for n in range(width - 16, width - 8)]
+
+    class Charts(App):
+        CSS = f"PhaseChart, ThroughputChart {{ width: {width}; height: 12; }}"
+
+        def compose(self):
+            yield PhaseChart()
+            yield ThroughputChart()
+
+    async def drive():
+        async with app.run_test(size=(100, 30)) as pilot:
+            for chart in (app.query_one(PhaseChart), app.query_one(ThroughputChart)):
+                for row in rows:
+                    chart.update_from([row])
+                    await pilot.pause()
+                    assert app._exception is None, (type(chart).__name__, row["trial"])
+                    shown.append("\n".join(strip.text for strip in chart.render_lines(chart.region.reset_offset)))
+
+    app, shown = Charts(), []
+    asyncio.run(drive())
+    assert app._exception is None
+    for text in shown:
+        assert "1x1 optim=ww" in text and "…" in text, text
+
 # ---- 3. every key and every tab shows at 80 columns -------------------------------------------------
 @pytest.mark.parametrize("size", SIZES)
 def test_every_key_and_every_tab_shows(size, screens):

@@ -45,6 +45,33 @@ class Chart(PlotextPlot):
         return plt
 
 
+class BarChart(Chart):
+    """Horizontal bars, one per summary row, drawn again when the chart's width changes: a bar's
+    label takes at most :data:`LABEL_SHARE` of the width, cut with an ellipsis (plotext fails
+    when the labels leave the bars no column: a long GPU name or varied value crashed the
+    monitor)."""
+
+    rows_shown: list[dict] = []
+
+    def on_resize(self) -> None:
+        self.update_from(self.rows_shown)
+
+    def labels(self, labels: list[str]) -> list[str]:
+        width = self.size.width or (self.app.size.width if self.app else 80)
+        most = max(LABEL_MIN, int(width * LABEL_SHARE))
+        out = []
+        for label in labels:
+            text = Text(clean(label))
+            text.truncate(most, overflow="ellipsis")
+            out.append(text.plain)
+        return out
+
+
+#: the share of a bar chart's width its labels may take, and the fewest cells they keep
+LABEL_SHARE = 0.5
+LABEL_MIN = 8
+
+
 def phase_bars(rows: list[dict]) -> tuple[list[str], list[list[float]]]:
     """The phase chart's labels and stacked values: each row's phase columns, which the analysis
     apportions so that they add up to its median step exactly (the bar ends at the step median)."""
@@ -55,16 +82,17 @@ def phase_bars(rows: list[dict]) -> tuple[list[str], list[list[float]]]:
     return labels, data
 
 
-class PhaseChart(Chart):
+class PhaseChart(BarChart):
     """Stacked bars: the median optimizer step of each split, divided among its phases (ms)."""
 
     def update_from(self, rows: list[dict]) -> None:
+        self.rows_shown = rows
         labels, data = phase_bars(rows)
         plt = self.start(bool(labels), "waiting for measured steps")
         if plt is None:
             return
         # Horizontal: the terminal's width gives the bars far finer steps than its height.
-        plt.stacked_bar([clean(label) for label in labels], data, color=[p.rgb for p in PHASES], width=0.4, orientation="horizontal")
+        plt.stacked_bar(self.labels(labels), data, color=[p.rgb for p in PHASES], width=0.4, orientation="horizontal")
         self.refresh()
 
 
@@ -87,16 +115,17 @@ class StepChart(Chart):
         self.refresh()
 
 
-class ThroughputChart(Chart):
+class ThroughputChart(BarChart):
     """Tokens per second per split."""
 
     def update_from(self, rows: list[dict]) -> None:
+        self.rows_shown = rows
         rows = [r for r in rows if r.get("tokens_per_s")]
         plt = self.start(bool(rows), "throughput (tokens/s): waiting for measured steps")
         if plt is None:
             return
         multi = len({r["machine"] for r in rows}) > 1
-        plt.bar([clean(row_label(r, multi)) for r in rows], [r["tokens_per_s"] for r in rows], color="green", width=0.4,
+        plt.bar(self.labels([row_label(r, multi) for r in rows]), [r["tokens_per_s"] for r in rows], color="green", width=0.4,
                 orientation="horizontal")
         plt.title("throughput (tokens/s)")
         self.refresh()

@@ -199,25 +199,33 @@ def cli_args(args) -> list[str]:
     return args
 
 
-def run_main(*args, cwd=None):
+def run_main(*args, cwd=None, env=None):
     """``tracetui ARGS`` called in this process (``tracetui.cli.main.main``, what ``python -m
-    tracetui`` runs), with what it writes to stdout and stderr captured; returns what
-    :func:`run_cli` returns, ``returncode`` being what ``main`` returned (the exit status).
+    tracetui`` runs), with what it writes to stdout and stderr captured, in ``cwd`` and with
+    ``env`` added to the environment for the call; returns what :func:`run_cli` returns,
+    ``returncode`` being what ``main`` returned (the exit status).
     For the tests whose subject is a sweep's outputs rather than the process around it: the
-    sweep's trials are still real spawned workers, and the command saves the few seconds a
-    fresh interpreter takes to import torch, transformers and TRL before it can start one. The
-    tests about signals, exit by signal or a killed tracetui keep :func:`run_cli`."""
+    sweep's trials are still real processes, forked from this process's fork server, and the
+    command saves the seconds a fresh interpreter and its own fork server take to import torch,
+    transformers and TRL. The tests about signals, exit by signal, a killed tracetui or its own
+    fork server keep :func:`run_cli`."""
     from tracetui.cli.main import main
 
     args = cli_args(args)
     out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
+    old, before = os.getcwd(), {k: os.environ.get(k) for k in env or {}}
     os.chdir(cwd or ROOT)
+    os.environ.update(env or {})
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(args)
     finally:
         os.chdir(old)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return subprocess.CompletedProcess(["tracetui", *args], code, out.getvalue(), err.getvalue())
 
 
@@ -367,9 +375,7 @@ def side_by_side(tmp_path_factory, scenarios: dict, most: int | None = None) -> 
                 results[name] = scenarios[name](folders[name])
             except BaseException as exc:  # noqa: BLE001 - raised again by the test that reads it
                 results[name] = exc
-            if SCENARIO_TIMES:  # (appended whole: one write of one line, from whichever thread)
-                with open(SCENARIO_TIMES, "a") as fh:
-                    fh.write(f"{time.monotonic() - t0:7.1f} s  {name}\n")
+            _note_time(name, t0)
 
     threads = [threading.Thread(target=work, daemon=True) for _ in range(min(most or len(names), len(names)))]
     for t in threads:
@@ -377,6 +383,28 @@ def side_by_side(tmp_path_factory, scenarios: dict, most: int | None = None) -> 
     for t in threads:
         t.join()
     return results
+
+
+def in_turn(tmp_path_factory, table: dict) -> dict:
+    """Run each of ``table``'s functions of a fresh folder in this process, one after another, and
+    return what each returned, or the exception it raised, by name (:func:`outcome` raises it in
+    the test that reads it): for sweeps run with :func:`run_main` (which needs the main thread)
+    whose outputs several tests read."""
+    results: dict = {}
+    for i, (name, work) in enumerate(table.items()):
+        t0 = time.monotonic()
+        try:
+            results[name] = work(tmp_path_factory.mktemp(f"turn{i}"))
+        except Exception as exc:  # noqa: BLE001 - raised again by the test that reads it
+            results[name] = exc
+        _note_time(name, t0)
+    return results
+
+
+def _note_time(name, t0: float) -> None:
+    if SCENARIO_TIMES:  # (appended whole: one write of one line, from whichever thread)
+        with open(SCENARIO_TIMES, "a") as fh:
+            fh.write(f"{time.monotonic() - t0:7.1f} s  {name}\n")
 
 
 #: the scenarios of real processes of each test module that has some (see :func:`scenarios`)

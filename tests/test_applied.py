@@ -22,7 +22,7 @@ from tracetui.session.exits import exit_status
 from tracetui.events.log import read_events
 from tracetui.core.trial import Trial
 
-from .conftest import outcome, read_csv, run_cli, scenarios
+from .conftest import in_turn, outcome, read_csv, run_main
 
 #: a training script as people write them: no command-line parsing; what it does with its split
 #: is chosen by TT_MODE (set in the test's environment, which the sweep's runs inherit)
@@ -89,9 +89,9 @@ def _sweep(folder: Path, mode: str, *flags, steps: int = 3) -> dict:
     own_out = folder / "own_output"
     (folder / "own.yaml").write_text(OWN_YAML.format(out=own_out))
     out, runs = folder / "out.csv", folder / "runs"
-    proc = run_cli("sweep", "--export", "csv", "-o", out, "--runs-dir", runs, "--allow-busy", *flags,
-                   "--", sys.executable, script, cwd=folder,
-                   env={"TT_MODE": mode, "TT_OWN_OUT": str(own_out), "TT_STEPS": str(steps)})
+    proc = run_main("sweep", "--export", "csv", "-o", out, "--runs-dir", runs, "--allow-busy", *flags,
+                    "--", sys.executable, script, cwd=folder,
+                    env={"TT_MODE": mode, "TT_OWN_OUT": str(own_out), "TT_STEPS": str(steps)})
     log = next(runs.glob("*/events.jsonl"), None)
     return dict(proc=proc, out=out, runs=runs, own_out=own_out, folder=folder,
                 events=read_events([log]).events if log else [], script=script)
@@ -112,13 +112,15 @@ def _late(folder):
 def _fixed(folder):
     got = _sweep(folder, "fixed", "--splits", "1x4,4x1", "--warmup", 1)
     log = next(got["runs"].glob("*/events.jsonl"))
-    got["show"] = run_cli("show", log, "--export", "csv", "-o", folder / "show.csv", "--allow-busy")
+    got["show"] = run_main("show", log, "--export", "csv", "-o", folder / "show.csv", "--allow-busy")
     return got
 
 
 @pytest.fixture(scope="module")
-def swept(scenario_results):
-    return scenario_results[__name__]
+def swept(tmp_path_factory):
+    """The four sweeps, run in this process one after another (their runs forked from its fork
+    server), for the tests below to read."""
+    return in_turn(tmp_path_factory, {"literal": _literal, "yaml vary": _yaml_vary, "late": _late, "fixed": _fixed})
 
 
 def _settings(events) -> dict:
@@ -253,10 +255,6 @@ def test_a_run_that_trained_another_split_keeps_its_plan_and_fails_in_every_mode
         assert "use 1x4" not in text
     assert show.returncode == 1
     assert read_csv(got["folder"] / "show.csv")[1]["status"] == "mismatch"
-
-
-scenarios(__name__, {"literal": _literal, "yaml vary": _yaml_vary, "late": _late, "fixed": _fixed},
-          first=["literal"])
 
 
 # ---- the parts, without training ---------------------------------------------------------------

@@ -18,8 +18,8 @@ from tracetui.events.wire import SocketListener
 from tracetui.events.schema import make
 from tracetui.events.log import read_events
 
-from .conftest import (wait_until as _wait_for, CPU_TINY, ROOT, cpu_memory_limit, kill_left, outcome, read_csv,
-                       run_cli, scenarios)
+from .conftest import (wait_until as _wait_for, CPU_TINY, ROOT, cpu_memory_limit, in_turn, kill_left, outcome,
+                       read_csv, run_cli, run_main, scenarios)
 
 EXAMPLE = ROOT / "examples" / "train_lora.py"
 DATA = Path(__file__).parent / "data" / "h200_sweep.jsonl"
@@ -83,10 +83,16 @@ def _listener_killed_mid_run(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def scripts(scenario_results):
-    """The example script's runs above (and the script sweeps of test_a_script_... below), as
-    the session ran them: side by side, real processes that spend their time starting up, and
-    nothing they check depends on how busy the machine is."""
+    """The example script's runs above, as the session ran them: side by side, real processes
+    that spend their time starting up, and nothing they check depends on how busy the machine is."""
     return scenario_results[__name__]
+
+
+@pytest.fixture(scope="module")
+def swept_scripts(tmp_path_factory):
+    """The script sweeps of test_a_script_... below, run in this process one after another (their
+    runs forked from its fork server)."""
+    return in_turn(tmp_path_factory, {"search": _script_sweep_searching, "trains twice": _script_that_trains_twice})
 
 
 @pytest.mark.slow
@@ -289,17 +295,17 @@ def test_a_script_sweep_dry_run_lists_the_commands_and_starts_nothing(tmp_path, 
 def _script_sweep_searching(folder: Path) -> dict:
     out = folder / "s.csv"
     limit = cpu_memory_limit(0.59)  # (2 GiB with torch's CPU build)
-    proc = run_cli("sweep", "--search", "--memory-limit", limit, "--effective-batch", 8, "--export", "csv", "-o", out,
-                   "--runs-dir", folder / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
-                   "--max_length", 32, cwd=folder)
+    proc = run_main("sweep", "--search", "--memory-limit", limit, "--effective-batch", 8, "--export", "csv", "-o", out,
+                    "--runs-dir", folder / "runs", "--", sys.executable, EXAMPLE, "--no_trace", "--max_steps", 4,
+                    "--max_length", 32, cwd=folder)
     return dict(proc=proc, out=out, runs=folder / "runs")
 
 
 @pytest.mark.slow
-def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(scripts):
+def test_a_script_sweep_searching_keeps_its_memory_probes_out_of_the_summary(swept_scripts):
     """The script's callback cannot know why a run was made: the sweep marks its memory probes
     (1x1, 2x1), which are then no rows of the summary, as in tracetui's own sweeps."""
-    got = outcome(scripts, "search")
+    got = outcome(swept_scripts, "search")
     proc = got["proc"]
     assert proc.returncode == 0, proc.stderr
     assert {r["effective_batch"] for r in read_csv(got["out"])} == {"8"}
@@ -319,18 +325,18 @@ def _script_that_trains_twice(folder: Path) -> dict:
         "    runpy.run_path(example, run_name='__main__')\n"
         "print('both stages done', flush=True)\n")
     out, runs = folder / "t.csv", folder / "runs"
-    proc = run_cli("sweep", "--splits", "4x1", "--warmup", 1, "--export", "csv", "-o", out, "--runs-dir", runs,
-                   "--", sys.executable, twice, "--no_trace", "--max_steps", 6, "--max_length", 32,
-                   "--logging_steps", 100, cwd=folder)
+    proc = run_main("sweep", "--splits", "4x1", "--warmup", 1, "--export", "csv", "-o", out, "--runs-dir", runs,
+                    "--", sys.executable, twice, "--no_trace", "--max_steps", 6, "--max_length", 32,
+                    "--logging_steps", 100, cwd=folder)
     return dict(proc=proc, out=out, runs=runs)
 
 
 @pytest.mark.slow
-def test_a_script_that_trains_twice_is_measured_once(scripts):
+def test_a_script_that_trains_twice_is_measured_once(swept_scripts):
     """A script with two trainings in one process (a second stage, a second Trainer): under
     `tracetui sweep` both used to report as the same run, their steps pooled into one row. The
     first is measured; the later one stops after its first step, and the run says why."""
-    got = outcome(scripts, "trains twice")
+    got = outcome(swept_scripts, "trains twice")
     proc, runs = got["proc"], got["runs"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = read_csv(got["out"])
@@ -343,5 +349,5 @@ def test_a_script_that_trains_twice_is_measured_once(scripts):
     assert "both stages done" in next(runs.glob("*/4x1*.log")).read_text()
 
 
-scenarios(__name__, {"watched": _script_reports_to_watch, "listener killed": _listener_killed_mid_run,
-                     "search": _script_sweep_searching, "trains twice": _script_that_trains_twice}, first=["search", "listener killed"])
+scenarios(__name__, {"watched": _script_reports_to_watch, "listener killed": _listener_killed_mid_run},
+          first=["watched", "listener killed"])

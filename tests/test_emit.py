@@ -14,13 +14,12 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .conftest import ROOT, outcome, run_cli, run_main, scenarios
+from .conftest import ROOT, in_turn, outcome, run_main
 from tracetui.core.config import KNOB_DEFAULTS, SweepConfig
 from tracetui.outputs.emit import installed_fields, trl_config, winning_command, write_trl_config
 from tracetui.core.knobs import SHORT
@@ -228,18 +227,16 @@ WORDS = ("the quick brown fox jumps over the lazy dog while a model learns to sp
 
 
 _TINY_LOCAL: list[Path] = []
-_TINY_LOCAL_LOCK = threading.Lock()
 
 
 def tiny_local(beside: Path) -> Path:
     """A tiny Qwen2 with random weights and a word-level tokenizer trained on the data's own
     text, saved as a model folder; the data as a folder ``trl sft --dataset_name`` loads and the
     same rows as a .jsonl file tracetui's ``--dataset`` reads. Made once (beside the folder of
-    the scenario that asks first), for both scenarios below."""
-    with _TINY_LOCAL_LOCK:
-        if not _TINY_LOCAL:
-            _TINY_LOCAL.append(_make_tiny_local(beside.parent / "tiny-local"))
-        return _TINY_LOCAL[0]
+    the sweep that asks first), for both sweeps below."""
+    if not _TINY_LOCAL:
+        _TINY_LOCAL.append(_make_tiny_local(beside.parent / "tiny-local"))
+    return _TINY_LOCAL[0]
 
 
 def _make_tiny_local(d: Path) -> Path:
@@ -321,9 +318,9 @@ def _script_sweep(d: Path, tmp_path: Path) -> dict:
            "v_proj", "--learning_rate", "1e-4", "--lr_scheduler_type", "cosine", "--max_steps", "8", "--output_dir",
            "sweep_out", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "--bf16", "false",
            "--gradient_checkpointing", "false"]
-    proc = run_cli("sweep", "--effective-batch", 4, "--splits", "1x4,4x1", "--warmup", 2, "--allow-busy",
-                   "--runs-dir", tmp_path / "runs", "--export", "csv", "-o", tmp_path / "out.csv",
-                   "--emit-config", tmp_path / "sweep.yaml", "--", *cmd, cwd=tmp_path)
+    proc = run_main("sweep", "--effective-batch", 4, "--splits", "1x4,4x1", "--warmup", 2, "--allow-busy",
+                    "--runs-dir", tmp_path / "runs", "--export", "csv", "-o", tmp_path / "out.csv",
+                    "--emit-config", tmp_path / "sweep.yaml", "--", *cmd, cwd=tmp_path)
     trained = (train_from(tmp_path / "sweep.yaml", tmp_path, tmp_path / "emitted") if proc.returncode == 0
                else None)
     return dict(proc=proc, cmd=cmd, trained=trained, folder=tmp_path)
@@ -333,25 +330,22 @@ def _builtin_sweep(d: Path, tmp_path: Path) -> dict:
     """``tracetui --model DIR --dataset FILE.jsonl --emit-config`` on the tiny local model, then
     ``trl sft --config`` on the file."""
     path = tmp_path / "f.yaml"
-    proc = run_cli("--model", d / "model", "--dataset", d / "data" / "train.jsonl", "--effective-batch", 4,
-                   "--splits", "1x4,4x1", "--seq-len", 64, "--lora-r", 8, "--lora-targets", "q_proj,v_proj",
-                   "--lr", "1e-4", "--steps", 8, "--warmup", 2, "--allow-busy", "--runs-dir", tmp_path / "runs",
-                   "--export", "csv", "-o", tmp_path / "out.csv", "--emit-config", path, cwd=tmp_path)
+    proc = run_main("--model", d / "model", "--dataset", d / "data" / "train.jsonl", "--effective-batch", 4,
+                    "--splits", "1x4,4x1", "--seq-len", 64, "--lora-r", 8, "--lora-targets", "q_proj,v_proj",
+                    "--lr", "1e-4", "--steps", 8, "--warmup", 2, "--allow-busy", "--runs-dir", tmp_path / "runs",
+                    "--export", "csv", "-o", tmp_path / "out.csv", "--emit-config", path, cwd=tmp_path)
     trained = train_from(path, tmp_path, tmp_path / "emitted") if proc.returncode == 0 else None
     return dict(proc=proc, path=path, trained=trained, model=d)
 
 
-scenarios(__name__, {"script": lambda t: _script_sweep(tiny_local(t), t),
-                     "builtin": lambda t: _builtin_sweep(tiny_local(t), t)}, first=["script", "builtin"])
-
-
 @pytest.fixture(scope="module")
-def emitted(scenario_results):
-    """Both sweeps above and their trainings from the emitted files, as the session ran them:
-    side by side, real processes that spend most of their time starting (TRL's command line,
-    fresh interpreters); what is checked is what each recommended and what its training saved,
-    not how long anything took (--allow-busy: a recommendation even on a busy machine)."""
-    return scenario_results[__name__]
+def emitted(tmp_path_factory):
+    """Both sweeps above, run in this process one after another (their runs forked from its fork
+    server), and their trainings from the emitted files (TRL's command line, fresh processes);
+    what is checked is what each recommended and what its training saved, not how long anything
+    took (--allow-busy: a recommendation even on a busy machine)."""
+    return in_turn(tmp_path_factory, {"script": lambda t: _script_sweep(tiny_local(t), t),
+                                      "builtin": lambda t: _builtin_sweep(tiny_local(t), t)})
 
 
 @pytest.mark.slow

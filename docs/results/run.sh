@@ -5,9 +5,10 @@
 #   bash docs/results/run.sh [OUT] [NAME ...]     # from the repository's root
 #
 # OUT (default ./out) gets one folder per data set NAME (default: every one this machine can run;
-# the h200x2_* sets need two GPUs). Each folder gets the files the data set's commands write,
-# versions.txt (the libraries and the GPU) and commands.txt (each command, and the files it
-# wrote). DRY=1 writes commands.txt and runs nothing. PYTHON picks the interpreter (python3).
+# the h200x2_* sets need two GPUs; h200_unsloth, which needs Unsloth, runs only when named). Each
+# folder gets the files the data set's commands write, versions.txt (the libraries and the GPU)
+# and commands.txt (each command, and the files it wrote). DRY=1 writes commands.txt and runs
+# nothing. PYTHON picks the interpreter (python3).
 # The recorded folders ran on a lent NVIDIA H200 (143771 MiB): docs/results/README.md says
 # which files of each were kept and how the recorded call differed from the function here.
 set -u -o pipefail
@@ -127,8 +128,9 @@ h200_search_head_starts() {  # the search with head starts against without, A B 
   head_starts_ab "without_1 with_1 with_2 without_2" $L1B --effective-batch 16 $NOCK --search
 }
 
-h200_head_start_8x2() {  # (of h200_search_head_starts) does a run built early beside it change what a run
-  # measures? 8x2 alone, four runs a command, with head starts and without, A B B A; plain TRL first and last
+h200_head_start_8x2() {  # (of h200_search_head_starts, whose README has the readings) does a run built early beside
+  # it change what a run measures? 8x2 alone, four runs a command, with head starts and without, A B B A; plain TRL
+  # first and last
   plain $PLAIN_8X2
   head_starts_ab "without_1 with_1 with_2 without_2" $L1B --effective-batch 16 $NOCK --splits 8x2 --repeats 4 --steps 20
   plain $PLAIN_8X2
@@ -160,7 +162,7 @@ h200_account() {  # (of h200_folders) a `trl sft` sweep with --emit-config: its 
 }
 
 h200_ray() {  # --ray on a one-node cluster (a Ray started for the command) against the local runner, the same sweep
-  # in the same call, each whole command against its steps; plain TRL beside
+  # in the same call, each whole command against its steps; plain TRL beside (the readings: h200_ray_lanes/README.md)
   for s in 4x1 1x4; do plain --model qwen3-1.7b --seq-len 512 --split $s --steps 25 --warmup 5; done
   wall local $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 2 --steps 30
   wall ray $Q17 $NOCK --splits 1x4,2x2,4x1 --repeats 2 --steps 30 --ray
@@ -197,8 +199,63 @@ h200_memory_limit() {  # --memory-limit 5: 16x1 ends out of memory, the sweep go
   x events.jsonl gunzip -c "$D/memlimit_events.jsonl.gz" > "$D/events.jsonl"
 }
 
-h200_unsloth() {  # Unsloth's style of script swept unmodified, against it run plainly (its own script: Unsloth's wheels)
-  bash docs/results/h200_unsloth/command.sh "$D"
+h200_unsloth() {  # Unsloth's style of LoRA script (examples/unsloth_lora.py: FastLanguageModel, get_peft_model, TRL's
+  # SFTTrainer with SFTConfig literals, 2x4) swept unmodified, then run plainly (no tracetui; a copy with the split's
+  # two literals changed, a timer at on_step_end: benchmarks/plain_timer) at the same splits; Unsloth must be
+  # importable. qwen3-0.6b shape with random weights saved to a local folder, ragged rows up to 512 tokens
+  # (benchmarks/local_preset.py), Unsloth's 16-bit LoRA r 16. STEPS (20), SPLITS (1x8,2x4,8x1), PLAIN (the splits run
+  # plainly: all), SWEEP=0 (the plain runs only); each whole command's time a line of walls.tsv; the model, data, runs
+  # and plain copies in u/ (the recorded call's was /tmp/u)
+  local repo=$PWD u=$D/u steps=${STEPS:-20} splits=${SPLITS:-1x8,2x4,8x1}
+  local plain_splits=${PLAIN:-${splits//,/ }}
+  local args=(--model $u/model --dataset $u/data --max-steps "$steps" --max-seq-length 512 --output-dir $u/out)
+  mkdir -p $u
+  (  # in $u: Unsloth writes its compiled trainer (unsloth_compiled_cache) into the working folder
+    cd $u || exit 1
+    export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+    x unsloth_versions.txt $PY -c "import unsloth, trl, transformers, torch, peft, datasets, tracetui
+print('unsloth', unsloth.__version__, 'trl', trl.__version__, 'transformers', transformers.__version__,
+      'torch', torch.__version__, 'peft', peft.__version__, 'datasets', datasets.__version__,
+      'gpu', torch.cuda.get_device_name())
+for m in ('xformers', 'bitsandbytes'):
+    try:
+        __import__(m)
+        print(m + ': importable')
+    except Exception:
+        print(m + ': not installed')" > "$D/unsloth_versions.txt" 2> $u/import.err || tail -30 $u/import.err
+    x "unsloth_versions.txt ($u/model, $u/data)" $PY "$repo/benchmarks/local_preset.py" --model qwen3-0.6b \
+      --seq-len 512 --rows 2000 --out $u >> "$D/unsloth_versions.txt" 2> /dev/null
+    if [ "${SWEEP:-1}" = 1 ]; then
+      timed sweep 1 timeout 300 $PY -m tracetui sweep --splits "$splits" --repeats 1 --allow-busy --export csv \
+        -o "$D/sweep.csv" --force --runs-dir $u/runs -- $PY "$repo/examples/unsloth_lora.py" "${args[@]}" \
+        2> "$D/sweep.err"
+      x sweep.json $PY -m tracetui show $u/runs/*/events.jsonl --export json -o "$D/sweep.json" --force 2>> "$D/sweep.err"
+      x events.jsonl.gz gzip_events $u/runs > "$D/events.jsonl.gz"
+    fi
+    for s in $plain_splits; do  # the user's own edit: the two literals changed in a copy
+      sed -e "s/per_device_train_batch_size = 2,/per_device_train_batch_size = ${s%x*},/" \
+          -e "s/gradient_accumulation_steps = 4,/gradient_accumulation_steps = ${s#*x},/" \
+          "$repo/examples/unsloth_lora.py" > "$u/plain_$s.py" 2> /dev/null
+      timed "plain_$s" 1 env PYTHONPATH="$repo/benchmarks/plain_timer:$PYTHONPATH" PLAIN_TIMER_OUT="$D/plain.jsonl" \
+        timeout 100 $PY "$u/plain_$s.py" "${args[@]}" > "$u/plain_$s.log" 2>&1
+    done
+    [ -n "${DRY:-}" ] && exit 0
+    for f in $u/plain_*.log $u/runs/*/*.log; do  # what Unsloth said in each run (its patching, an import-order warning)
+      echo "== $f"; grep -h "imported before\|Unsloth\|Padding-free" "$f" | cut -c1-200 | sort | uniq -c
+    done > "$D/unsloth_lines.txt" 2>&1
+    tar -czf "$D/logs.tar.gz" -C $u --exclude='*/output' import.err runs $(ls plain_*.log) 2> /dev/null
+    $PY - "$D/plain.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+for s in sorted({(r["micro_batch"], r["grad_accum"]) for r in rows}):
+    run = [r for r in rows if (r["micro_batch"], r["grad_accum"]) == s]
+    whole = [1000 * (b["end_s"] - a["end_s"]) for a, b in zip(run, run[1:])][2:]  # steps 4.. (3 warm-up)
+    print(f"plain {s[0]}x{s[1]}: {len(run)} steps; median of steps 4-: begin-end "
+          f"{statistics.median([r['wall_ms'] for r in run[3:]]):.1f} ms, end-end {statistics.median(whole):.1f} ms"
+          if len(run) > 4 else f"plain {s}: {len(run)} steps")
+EOF
+    exit $FAILED
+  ) || FAILED=1
 }
 
 h200_final_check() {  # a short built-in sweep, end to end
@@ -304,6 +361,7 @@ from trl import SFTTrainer; print(f'imports {time.perf_counter() - t:.2f} s')"
 }
 
 h200_overhead_2() {  # the probe's and TraceCallback's cost: on/off alternating every step, and their own host time
+  # (the recorded readings: docs/benchmarks.md)
   local m="--model qwen3-1.7b --seq-len 512 --split 4x1 --precision bf16 --block 1"
   to probe.txt $PY benchmarks/overhead.py $m --blocks 400 --json "$D/probe.json"
   to callback.txt $PY benchmarks/overhead.py $m --blocks 200 --callback --json "$D/callback.json"
@@ -362,7 +420,8 @@ ONE_GPU="h200_qwen3-1.7b h200_after_layout h200_folders h200_search_e16 h200_sea
   h200_start_3 h200_script_start h200_overhead_2 h200_wall_and_pinning gpu_tests trial_start_cpu tui_throughput watch_flood
   ray_events"
 TWO_GPUS="h200x2_parallel h200x2_ddp h200x2_fsdp"
-ALL=" $(echo $ONE_GPU $TWO_GPUS) "
+NAMED_ONLY="h200_unsloth"  # needs Unsloth, which tracetui does not: run when named
+ALL=" $(echo $ONE_GPU $TWO_GPUS $NAMED_ONLY) "
 
 OUT=${1:-out}
 case $ALL in

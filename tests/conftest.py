@@ -148,13 +148,12 @@ def pytest_collection_modifyitems(session, config, items):
     Under pytest-xdist (``--dist loadgroup --no-loadscope-reorder``, the project's default) xdist
     hands out the work in this order, each next piece to a worker that is nearly out of it: first
     the readers, one xdist group: the worker that takes them runs the scenarios and waits for
-    them; the other workers take the quick tests, then the slow ones, one by one, those on a Ray
-    cluster first (:func:`_on_a_cluster`) (and the first worker, once its scenarios are done,
-    what is left of them); last the ``quiet`` tests, one group, to the first worker that asks,
-    where they wait until the others have ended their last tests.
+    them; the other workers take the quick tests, then the slow ones, one by one (and the first,
+    once its scenarios are done, what is left of them); last the ``quiet`` tests, one group, to
+    the first worker that asks, where they wait until the others have ended their last tests.
     Tests that share a fixture of a module or of the session go together (:func:`_shared_fixture`)."""
     order = (READERS, QUICK, SLOW, QUIET) if _XDIST else (QUICK, SLOW, READERS, QUIET)
-    items.sort(key=lambda item: (order.index(_group(item)), not _on_a_cluster(item)))
+    items.sort(key=lambda item: order.index(_group(item)))
     for item in items:
         if _group(item) == READERS:
             item.add_marker(pytest.mark.xdist_group("scenarios"))
@@ -162,14 +161,6 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.xdist_group("quiet"))
         elif shared := _shared_fixture(item):
             item.add_marker(pytest.mark.xdist_group(shared))
-
-
-def _on_a_cluster(item) -> bool:
-    """Whether ``item`` runs on a Ray cluster of its module (:func:`ray_cluster`): those modules
-    are the longest pieces of work a worker must take whole (a minute or more each), so among the
-    slow tests they go first, and the other workers' many short tests end beside them rather than
-    after them (taken last, one of them ran 75 s after the others had ended)."""
-    return "ray_cluster" in getattr(item, "fixturenames", ())
 
 
 def _shared_fixture(item) -> str | None:

@@ -170,8 +170,14 @@ def test_fsdp2_is_read_back_with_its_traffic(tmp_path):
 
     import torch.multiprocessing as mp
 
+    from tracetui.runner.lifetime import trial_context
+
     out = tmp_path / "read_back.json"
-    mp.spawn(_shard_and_read_back, args=(2, f"file://{tmp_path / 'rdzv'}", str(out)), nprocs=2)
+    # the two ranks forked from this process's fork server, as trials are: torch, transformers and
+    # PEFT imported there once, not by two fresh interpreters
+    trial_context()
+    mp.start_processes(_shard_and_read_back, args=(2, f"file://{tmp_path / 'rdzv'}", str(out)), nprocs=2,
+                       start_method="forkserver")
     got = json.loads(out.read_text())
     half = 1 / 2  # (world - 1) / world
     assert got["before"] == ["ddp", pytest.approx(2 * half * got["lora"] / 2**30)]

@@ -526,26 +526,31 @@ def cpu_memory_limit(above_gib: float) -> float:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A real Ray cluster on this machine (Ray's own ``ray.cluster_utils.Cluster``): a head node and
-    one more, one CPU each, started once for each module that asks (:mod:`tests.raycluster`)."""
+    one more, one CPU each, started once for each module that asks (:mod:`tests.raycluster`). Its
+    nodes' temporary folder (``TMPDIR`` of their processes) is a fresh one of its own, ``node_tmp``:
+    what the sweeps' lanes leave there is theirs alone."""
     from ray.cluster_utils import Cluster
 
     from .raycluster import MARK
 
     os.environ[MARK] = uuid.uuid4().hex
+    node_tmp = Path(tempfile.mkdtemp(prefix="tt-ray-", dir="/tmp"))  # (short: sockets are made there)
     for attempt in range(3):  # (Ray gives a node 30 s to register: on a loaded machine, not always enough)
         c = Cluster(initialize_head=False)
         try:
-            c.add_node(num_cpus=1, include_dashboard=False)
-            c.add_node(num_cpus=1)
+            c.add_node(num_cpus=1, include_dashboard=False, env_vars={"TMPDIR": str(node_tmp)})
+            c.add_node(num_cpus=1, env_vars={"TMPDIR": str(node_tmp)})
             c.wait_for_nodes()
             break
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for it; started again, or re-raised
             c.shutdown()
             if attempt == 2 or "timed out during startup" not in str(exc):
                 raise
+    c.node_tmp = node_tmp
     yield c
     c.shutdown()
     os.environ.pop(MARK, None)
+    shutil.rmtree(node_tmp, ignore_errors=True)
 
 
 @pytest.fixture

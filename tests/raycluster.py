@@ -41,6 +41,13 @@ def leftovers() -> list[str]:
     return found
 
 
+def left_on_nodes(cluster) -> list[str]:
+    """What the sweeps' lanes left in the temporary folder of the cluster's nodes
+    (``cluster.node_tmp``): tracetui's folders (a run's, its socket's, its probe's) and
+    multiprocessing's (a fork server's address)."""
+    return sorted(p.name for p in Path(cluster.node_tmp).iterdir() if p.name.startswith(("tracetui-", "pymp-")))
+
+
 def stub_sweep(tmp_path: Path, name: str, on_event=None, **cfg):
     """A sweep of the stand-in worker (8 steps, 2 of warm-up, each split once): the sweep, its
     outcomes and its events."""

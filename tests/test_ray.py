@@ -19,7 +19,7 @@ from tracetui.tui.sources import PreparingSource, ReplaySource
 from tracetui.tui.widgets import DetailPane
 
 from .conftest import ROOT, read_csv, run_main
-from .raycluster import leftovers, stub_sweep
+from .raycluster import left_on_nodes, leftovers, stub_sweep
 from .test_monitor_layout import drive
 from .test_runner_stub import STUB
 
@@ -48,6 +48,7 @@ def test_a_two_node_sweep_gives_the_local_answer_and_names_its_nodes(ray_cluster
     assert sum(e["type"] == "step" for e in there) == sum(e["type"] == "step" for e in here) == 24
     assert sum(e["type"] == "run_finished" for e in there) == 3
     assert not leftovers()
+    assert left_on_nodes(ray_cluster) == []  # (each lane's runner exited, its folders removed)
     # the monitor names the node of the run it shows
     app = TraceApp(ReplaySource(there), out_path=str(tmp_path / "summary.csv"))
 
@@ -68,6 +69,7 @@ def test_a_script_sweep_runs_on_the_nodes_with_its_probe_there(ray_cluster, tmp_
     assert "4x1 is 2.41x faster than 1x4" in proc.stderr
     assert "each run starts forked from its lane's fork server" in proc.stderr
     assert not leftovers()
+    assert left_on_nodes(ray_cluster) == []  # (nor a run's socket folder, nor its probe's)
 
 
 def test_a_trial_no_node_can_take_is_one_line(ray_cluster, tmp_path):

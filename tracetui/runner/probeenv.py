@@ -12,20 +12,33 @@ from pathlib import Path
 
 from ..core import envvars
 
-_shim: list[str] = []
+#: this process's folder of :func:`_package_shim`, and the process that made it
+_shim: list[tuple[int, str]] = []
 
 
 def _package_shim() -> str:
     """A folder that holds tracetui alone (a link to this package): what a user's script gets on
     its import path, so that tracetui imports there whether or not it is installed in the
     script's interpreter, and nothing beside the package (this checkout's ``tests``, say) can
-    shadow a module of the user's. One per process, removed at its exit."""
+    shadow a module of the user's. One per process, removed at its exit (:func:`remove_package_shim`)."""
     if not _shim:
         folder = tempfile.mkdtemp(prefix="tracetui-path-")
-        atexit.register(shutil.rmtree, folder, True)
         os.symlink(Path(__file__).resolve().parent.parent, os.path.join(folder, "tracetui"))
-        _shim.append(folder)
-    return _shim[0]
+        _shim.append((os.getpid(), folder))
+    return _shim[0][1]
+
+
+def remove_package_shim() -> None:
+    """The folder of :func:`_package_shim` removed, by the process that made it (not by a process
+    forked from it, which inherits the note): at its exit, and before a Ray lane's runner is
+    killed (a kill skips the exit). A later command measured here gets a new one."""
+    while _shim:
+        pid, folder = _shim.pop()
+        if pid == os.getpid():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(remove_package_shim)
 
 
 def probe_env(socket_path: str, warmup: int, **extra: str) -> dict[str, str]:

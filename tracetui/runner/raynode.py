@@ -28,13 +28,14 @@ from pathlib import Path
 import ray
 
 from ..core import envvars
+from ..core.foreign import run_multiprocessing_finalizers
 from ..events.sockpath import private_socket
 from ..events.wire import SocketListener
 from ..launch.fork import fork_target
 from .executor import FreshExecutor, executor
 from .leftovers import end_every_run
 from .lifetime import stop_server, trial_context
-from .probeenv import probe_env
+from .probeenv import probe_env, remove_package_shim
 from .supervise import DRAIN_S, log_tail
 
 #: how often the relay sends a batch of events, and asks the hub for signals (seconds)
@@ -61,11 +62,12 @@ class LaneRunner:
         folder = Path(tempfile.mkdtemp(prefix="tracetui-ray-"))
         log_path = folder / "run.log"
         listener = None
+        made = [folder]  # (the run's folders on this node, removed as it ends)
         try:
             if kind == "worker":
                 child = self._worker(args, log_path)
             else:
-                listener, child = self._command(args, log_path)
+                listener, child = self._command(args, log_path, made)
             child.start()
             _relay(child, run_id, hub)
             child.reap()
@@ -74,13 +76,19 @@ class LaneRunner:
         finally:
             if listener is not None:
                 listener.close()
-            shutil.rmtree(folder, ignore_errors=True)
+            for each in made:
+                shutil.rmtree(each, ignore_errors=True)
 
     def close(self) -> None:
         """Before the runner goes: whatever a run left here, and the fork server, ended now
-        (killed with the runner, the server would outlive it by its own shutdown)."""
+        (killed with the runner, the server would outlive it by its own shutdown); and what the
+        runner made in the node's temporary folder removed (the folder of its runs' probe,
+        multiprocessing's folder of the fork server's address), which the exit handlers that
+        would remove them never get to do: the driver kills the runner (``ray.kill``)."""
         end_every_run()
         stop_server()
+        remove_package_shim()
+        run_multiprocessing_finalizers()
 
     def _worker(self, args: dict, log_path: Path):
         payload = dict(args["payload"], log_path=str(log_path), parent_pid=self.executor.parent_pid(),
@@ -89,11 +97,13 @@ class LaneRunner:
         payload["gpu"] = int(gpus[0]) if gpus else None  # the GPU Ray gave this lane
         return self.executor.worker(args["target"], payload, args["name"], log_path)
 
-    def _command(self, args: dict, log_path: Path):
+    def _command(self, args: dict, log_path: Path, made: list):
         """The user's command with this node's probe: the driver's additions to its environment
-        over this node's own, the socket and the owner made here."""
+        over this node's own, the socket and the owner made here (the socket's folder added to
+        ``made``)."""
         inbox: queue.Queue = queue.Queue()
-        _, sock = private_socket("tracetui-ray-", "run.sock")
+        sockdir, sock = private_socket("tracetui-ray-", "run.sock")
+        made.append(sockdir)
         listener = SocketListener(sock, inbox.put, origin=None).start()
         added = {k: v for k, v in args["env_added"].items() if k not in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")}
         env = probe_env(sock, 0)  # (the warm-up the driver set comes with its additions)

@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 from tracetui.analysis import median, quantile
 from tracetui.core.config import SweepConfig, parse_split
 from tracetui.probe.callback import Probe
-from tracetui.runner.worker import build_trainer, resolve_precision
+from tracetui.runner.worker import build_trainer, resolve_precision, trainer_output_dir
 
 
 #: every probe method that runs on the training path (callbacks, module and autograd hooks)
@@ -133,9 +133,10 @@ def main() -> int:
     else:
         probe = probe_core = timed(Probe)(events.append, "overhead", warmup=ns.warmup)
     toggler = BlockToggler(probe_core, ns.warmup, ns.block, ns.blocks, device == "cuda")
-    trainer = build_trainer(cfg, split.micro_batch, split.grad_accum, device, precision, dtype,
-                            probe=probe, callbacks=[toggler])
-    trainer.train()
+    with trainer_output_dir() as out_dir:
+        trainer = build_trainer(cfg, split.micro_batch, split.grad_accum, device, precision, dtype, out_dir,
+                                probe=probe, callbacks=[toggler])
+        trainer.train()
 
     on_ms, off_ms, self_ms = [], [], []
     for (t0, on, s0), (t1, _, s1) in zip(toggler.stamps, toggler.stamps[1:]):

@@ -29,7 +29,7 @@ def _trial(args: dict, conn) -> None:
     from transformers import TrainerCallback
 
     from tracetui.core.config import SweepConfig
-    from tracetui.runner.worker import build_trainer, resolve_precision
+    from tracetui.runner.worker import build_trainer, resolve_precision, trainer_output_dir
 
     t0 = time.perf_counter()
     device = "cuda" if torch.cuda.is_available() and args["device"] != "cpu" else "cpu"
@@ -46,17 +46,18 @@ def _trial(args: dict, conn) -> None:
             raise KeyboardInterrupt  # out of train(), at the first step's beginning
 
     build, inner = cProfile.Profile(), cProfile.Profile()
-    build.enable()
-    trainer = build_trainer(cfg, args["mb"], args["ga"], device, precision, dtype, callbacks=[FirstStep()])
-    build.disable()
-    t2 = time.perf_counter()
-    inner.enable()
-    try:
-        trainer.train()
-    except KeyboardInterrupt:
-        pass
-    inner.disable()
-    t3 = time.perf_counter()
+    with trainer_output_dir() as out_dir:
+        build.enable()
+        trainer = build_trainer(cfg, args["mb"], args["ga"], device, precision, dtype, out_dir, callbacks=[FirstStep()])
+        build.disable()
+        t2 = time.perf_counter()
+        inner.enable()
+        try:
+            trainer.train()
+        except KeyboardInterrupt:
+            pass
+        inner.disable()
+        t3 = time.perf_counter()
     report = []
     for name, prof in (("build_trainer", build), ("train() up to the first step", inner)):
         s = io.StringIO()

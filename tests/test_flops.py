@@ -31,7 +31,7 @@ def one_step_counted(tmp_path, checkpointing: bool):
                       activation_checkpointing=checkpointing, attn_implementation="eager", runs_dir=str(tmp_path))
     events = []
     precision, dtype = resolve_precision("fp32", "cpu")
-    trainer = build_trainer(cfg, 2, 2, "cpu", precision, dtype, probe=Probe(events.append, "t", warmup=0))
+    trainer = build_trainer(cfg, 2, 2, "cpu", precision, dtype, str(tmp_path), probe=Probe(events.append, "t", warmup=0))
     counter = FlopCounterMode(display=False)
     with counter:
         trainer.train()

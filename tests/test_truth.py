@@ -47,7 +47,7 @@ def test_checkpointing_flag_is_what_the_model_really_did(tmp_path, checkpointing
     events = []
     probe = Probe(events.append, "t", warmup=0)
     precision, dtype = resolve_precision("fp32", "cpu")
-    trainer = build_trainer(cfg, 1, 1, "cpu", precision, dtype, probe=probe)
+    trainer = build_trainer(cfg, 1, 1, "cpu", precision, dtype, str(tmp_path), probe=probe)
     mlp = trainer.model.get_base_model().model.layers[0].mlp
     calls, forward = [], mlp.forward
 

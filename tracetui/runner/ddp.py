@@ -14,7 +14,7 @@ import os
 from ..callbacks.attach import TraceCallback
 from ..core.config import SweepConfig
 from .preflight import device_kind
-from .worker import build_trainer, cap_memory, resolve_precision
+from .worker import build_trainer, cap_memory, resolve_precision, trainer_output_dir
 
 
 def main() -> None:
@@ -34,16 +34,17 @@ def main() -> None:
         device = f"cuda:{local}"
     precision, dtype = resolve_precision(cfg.precision, device)
     probe = TraceCallback(warmup=cfg.warmup, quiet=True, config=cfg.to_dict())
-    trainer = build_trainer(cfg, ns.per_device_train_batch_size, ns.gradient_accumulation_steps, device,
-                            precision, dtype, probe=probe)
-    if (cfg.sharding == "fsdp") != bool(getattr(trainer, "is_fsdp_enabled", False)):
-        # the trainer decides from the accelerator it finds; a trial must be what it says
-        raise SystemExit(f"tracetui: sharding={cfg.sharding} was asked, but the trainer will "
-                         f"{'not ' if cfg.sharding == 'fsdp' else ''}shard the model here "
-                         f"(accelerate {accelerator_kind(trainer)})")
-    if cfg.memory_limit is not None:
-        cap_memory(cfg.memory_limit, device)
-    trainer.train()
+    with trainer_output_dir() as out_dir:
+        trainer = build_trainer(cfg, ns.per_device_train_batch_size, ns.gradient_accumulation_steps, device,
+                                precision, dtype, out_dir, probe=probe)
+        if (cfg.sharding == "fsdp") != bool(getattr(trainer, "is_fsdp_enabled", False)):
+            # the trainer decides from the accelerator it finds; a trial must be what it says
+            raise SystemExit(f"tracetui: sharding={cfg.sharding} was asked, but the trainer will "
+                             f"{'not ' if cfg.sharding == 'fsdp' else ''}shard the model here "
+                             f"(accelerate {accelerator_kind(trainer)})")
+        if cfg.memory_limit is not None:
+            cap_memory(cfg.memory_limit, device)
+        trainer.train()
 
 
 def accelerator_kind(trainer) -> str:

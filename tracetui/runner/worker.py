@@ -6,9 +6,12 @@ The module imports nothing heavy at top level: the parent pickles only a referen
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -289,9 +292,8 @@ def _model(cfg, device: str, dtype, knob_values: dict):
 
 def _sft_config(cfg, mb: int, ga: int, device: str, precision: str, knob_values: dict, out_dir: str):
     """TRL's ``SFTConfig`` for the run, every speed setting passed; and those settings' own
-    arguments. One the trainer refuses is :class:`Unavailable` (``out_dir`` is removed then)."""
+    arguments. One the trainer refuses is :class:`Unavailable`."""
     import dataclasses
-    import shutil
 
     from trl import SFTConfig
 
@@ -310,23 +312,20 @@ def _sft_config(cfg, mb: int, ga: int, device: str, precision: str, knob_values:
             lr_scheduler_type="constant",
         ), extra
     except (ValueError, TypeError, ImportError) as exc:
-        shutil.rmtree(out_dir, ignore_errors=True)
         raise setting_at_fault(cfg, exc, extra) from exc
 
 
-def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, probe=None, callbacks=(),
-                  stages: "Stages | None" = None):
+def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, out_dir: str, probe=None,
+                  callbacks=(), stages: "Stages | None" = None):
     """The model, the data and a real TRL ``SFTTrainer`` with LoRA, as a user would set it up.
 
     Every speed setting tracetui owns (:mod:`tracetui.core.knobs`) is passed explicitly, at its
     default too: TRL's own defaults differ from transformers' (checkpointing), so a setting left
     unset is not "off". A setting this machine cannot run raises :class:`Unavailable`.
 
-    ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the callbacks and
-    handed each micro-batch's loss; ``callbacks`` come before it."""
-    import shutil
-    import tempfile
-
+    ``out_dir``: the trainer's ``output_dir``, the caller's (:func:`trainer_output_dir`); nothing
+    is saved there. ``probe`` (a :class:`~tracetui.probe.callback.Probe`) is added last to the
+    callbacks and handed each micro-batch's loss; ``callbacks`` come before it."""
     from peft import LoraConfig
     from transformers import set_seed
     from trl import SFTTrainer
@@ -344,7 +343,6 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
         t.strip() for t in cfg.lora_targets.split(",") if t.strip()]
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=targets, task_type="CAUSAL_LM")
-    out_dir = tempfile.mkdtemp(prefix="tracetui-")
     args, extra = _sft_config(cfg, mb, ga, device, precision, knob_values, out_dir)
     class ProbedSFTTrainer(SFTTrainer):
         """Hands each micro-batch's loss (as backpropagated) to the probe: a documented
@@ -361,13 +359,24 @@ def build_trainer(cfg, mb: int, ga: int, device: str, precision: str, dtype, pro
     try:
         trainer = ProbedSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                                    peft_config=lora, callbacks=cbs or None)
-    except BaseException as exc:
-        shutil.rmtree(out_dir, ignore_errors=True)  # the trainer never came to own it
-        if isinstance(exc, SETTING_REFUSED):
-            raise setting_at_fault(cfg, exc, extra) from exc
-        raise
+    except SETTING_REFUSED as exc:
+        raise setting_at_fault(cfg, exc, extra) from exc
     enter("first step")
     return trainer
+
+
+@contextlib.contextmanager
+def trainer_output_dir():
+    """A folder for a trainer's ``output_dir`` (:func:`build_trainer`), removed as the block ends,
+    however it ends: a run stopped by SIGTERM, or refused its settings, too. (Not the trainer's
+    ``args.output_dir`` at the end: where tracetui's probe runs in a script's interpreter, a
+    torchrun rank's, it points the trainer at the run's own folder instead, and this one would
+    stay in the temporary folder, one a rank a run.)"""
+    folder = tempfile.mkdtemp(prefix="tracetui-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_id: str, spec: dict,
@@ -376,8 +385,6 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
 
     With head starts (``spec["turn"]``, :mod:`.turns`): steps only while the run holds the
     turn (``hold`` is told when it waits)."""
-    import shutil
-
     import torch
 
     from ..probe.callback import Probe
@@ -400,14 +407,13 @@ def train(cfg, mb: int, ga: int, device: str, precision: str, dtype, emit, run_i
                 hold(waiting)
 
         probe.gate = Gate(spec["turn"], cfg.warmup, on_hold=on_hold)
-    trainer = build_trainer(cfg, mb, ga, device, precision, dtype, probe=probe, callbacks=extra, stages=stages)
-    try:
+    with trainer_output_dir() as out_dir:
+        trainer = build_trainer(cfg, mb, ga, device, precision, dtype, out_dir, probe=probe, callbacks=extra,
+                                stages=stages)
         if cfg.memory_limit is not None:
             # After the imports and the model are in: the cap is on what training may take in all.
             cap_memory(cfg.memory_limit, device)
         result = trainer.train()
-    finally:
-        shutil.rmtree(trainer.args.output_dir, ignore_errors=True)  # nothing is saved there
     metrics = dict(result.metrics)
     if probe is not None and probe.gate is not None and metrics.get("train_runtime") is not None:
         # the trainer's clock ran on while the run waited for its turn: training time it is not

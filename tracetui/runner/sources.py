@@ -84,12 +84,12 @@ def _load_4bit(cfg: SweepConfig, device: str, dtype: Any, kwargs: dict):
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
                                bnb_4bit_use_double_quant=True)
     source, tmp = cfg.model, None
-    if model_kind(cfg.model) == "preset":
-        tmp = tempfile.mkdtemp(prefix="tracetui-4bit-")
-        with torch.device(device):
-            AutoModelForCausalLM.from_config(build_config(cfg.model), dtype=dtype).save_pretrained(tmp)
-        source = tmp
     try:
+        if model_kind(cfg.model) == "preset":
+            tmp = tempfile.mkdtemp(prefix="tracetui-4bit-")
+            with torch.device(device):
+                AutoModelForCausalLM.from_config(build_config(cfg.model), dtype=dtype).save_pretrained(tmp)
+            source = tmp
         model = AutoModelForCausalLM.from_pretrained(source, quantization_config=quant, device_map={"": device},
                                                      **kwargs)
     finally:

@@ -8,7 +8,7 @@ from tracetui.core.config import SweepConfig
 from tracetui.runner.sweep import Sweep
 from tracetui.events.log import read_events
 
-from .conftest import kill_left, read_csv, run_main
+from .conftest import kill_left, read_csv, run_cli, run_main
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +19,13 @@ def test_ddp_world_size_2_with_gloo(tmp_path):
     depend on the accumulation: a formula of the LoRA gradients' size, checked against both
     patterns in test_fsdp2_is_read_back_with_its_traffic; one split is enough here.)"""
     out = tmp_path / "ddp.csv"
-    ranks_tmp = tmp_path / "t"  # (the ranks' temporary folder: theirs alone)
+    # a command of its own, with a temporary folder of its own that its ranks inherit (set in this
+    # process instead, it would reach whatever else this process starts meanwhile)
+    ranks_tmp = tmp_path / "t"
     ranks_tmp.mkdir()
-    proc = run_main("--export", "csv", "-o", out, "--nproc-per-node", 2, "--effective-batch", 8,
-                    "--splits", "1x4", "--vary", "sharding=ddp,fsdp", "--steps", 5, "--warmup", 1,
-                    "--seq-len", 64, "--memory-limit", 20, "--runs-dir", tmp_path / "runs", env={"TMPDIR": str(ranks_tmp)})
+    proc = run_cli("--export", "csv", "-o", out, "--nproc-per-node", 2, "--effective-batch", 8,
+                   "--splits", "1x4", "--vary", "sharding=ddp,fsdp", "--steps", 5, "--warmup", 1,
+                   "--seq-len", 64, "--memory-limit", 20, "--runs-dir", tmp_path / "runs", env={"TMPDIR": str(ranks_tmp)})
     assert proc.returncode == 0, proc.stderr
     # each rank's trainer had a folder of its own for its output (nothing is saved there): gone with it
     assert [p.name for p in ranks_tmp.iterdir() if p.name.startswith("tracetui-")] == []
